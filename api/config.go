@@ -1,0 +1,60 @@
+package api
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config configures the HTTP server.
+type Config struct {
+	// Addr is the listen address of Run, e.g. ":8080".
+	Addr string
+	// MaxBodyBytes bounds a request body; larger ones get a 413.
+	MaxBodyBytes int64
+	// ReadHeaderTimeout bounds reading the request headers. There is
+	// deliberately no ReadTimeout or WriteTimeout: net/http cancels a
+	// request's context when its connection's read deadline passes, which
+	// would cut long streams.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes idle keep-alive connections.
+	IdleTimeout time.Duration
+	// ShutdownTimeout is how long Run waits for requests in flight after ctx
+	// ends before it closes their connections (streams then see their
+	// context cancelled and close their jobs).
+	ShutdownTimeout time.Duration
+	// ProbeTimeout bounds the Service.Ready call of /readyz.
+	ProbeTimeout time.Duration
+	// Auth checks API keys; nil serves everyone anonymously.
+	Auth KeyChecker
+}
+
+// DefaultConfig is a server on :8080 without authentication.
+func DefaultConfig() Config {
+	return Config{
+		Addr:              ":8080",
+		MaxBodyBytes:      16 << 20,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ShutdownTimeout:   30 * time.Second,
+		ProbeTimeout:      2 * time.Second,
+	}
+}
+
+// Validate checks the configuration; messages name the field.
+func (c Config) Validate() error {
+	switch {
+	case c.Addr == "":
+		return fmt.Errorf("api addr must not be empty")
+	case c.MaxBodyBytes < 1024:
+		return fmt.Errorf("api max body bytes %d must be at least 1024", c.MaxBodyBytes)
+	case c.ReadHeaderTimeout <= 0:
+		return fmt.Errorf("api read header timeout %v must be positive", c.ReadHeaderTimeout)
+	case c.IdleTimeout <= 0:
+		return fmt.Errorf("api idle timeout %v must be positive", c.IdleTimeout)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("api shutdown timeout %v must not be negative", c.ShutdownTimeout)
+	case c.ProbeTimeout <= 0:
+		return fmt.Errorf("api probe timeout %v must be positive", c.ProbeTimeout)
+	}
+	return nil
+}

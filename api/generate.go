@@ -1,0 +1,150 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/macpool/macpool/api/openai"
+)
+
+// generation is what differs between chat and completions: how events become
+// stream chunks and how they add up to one response.
+type generation interface {
+	// chunk adds the frames for one event to w (possibly none).
+	chunk(w *sseWriter, ev *Event, worker string) *openai.Error
+	// usageChunk adds the final usage frame.
+	usageChunk(w *sseWriter, u *openai.Usage, worker string)
+	// add aggregates one event for a non-streaming answer.
+	add(ev *Event) *openai.Error
+	// response is the aggregated answer.
+	response(u *openai.Usage, worker string) any
+}
+
+// serve submits the job and answers the request with the stream or the
+// aggregated response. The stream is closed exactly once before serve returns,
+// also when the client goes away (its context ends and Recv returns).
+func (s *Server) serve(c *gin.Context, job *Job, stream, includeUsage bool, g generation) {
+	ctx := c.Request.Context()
+	st, err := s.svc.Submit(ctx, job)
+	if err != nil {
+		writeError(c, asError(err))
+		return
+	}
+	defer st.Close()
+	if stream {
+		s.streamEvents(ctx, c, st, includeUsage, g)
+		return
+	}
+	s.aggregate(ctx, c, st, g)
+}
+
+func (s *Server) aggregate(ctx context.Context, c *gin.Context, st Stream, g generation) {
+	var usage *openai.Usage
+	worker := ""
+	for {
+		ev, err := st.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return // client gone
+			}
+			writeError(c, asError(err))
+			return
+		}
+		if ev.Worker != "" {
+			if worker == "" {
+				c.Header(HeaderWorker, ev.Worker)
+			}
+			worker = ev.Worker
+		}
+		if ev.Err != nil {
+			writeError(c, ev.Err)
+			return
+		}
+		if ev.Usage != nil {
+			usage = ev.Usage
+		}
+		if e := g.add(ev); e != nil {
+			writeError(c, e)
+			return
+		}
+	}
+	writeJSON(c, http.StatusOK, g.response(usage, worker))
+}
+
+func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st Stream, includeUsage bool, g generation) {
+	// Until the first event arrives nothing is written, so a failure before
+	// it (an error event, a Recv error) is still a plain HTTP error.
+	ev, err := st.Recv(ctx)
+	switch {
+	case errors.Is(err, io.EOF):
+		ev = nil
+	case err != nil:
+		if ctx.Err() == nil {
+			writeError(c, asError(err))
+		}
+		return
+	case ev.Err != nil:
+		if ev.Worker != "" {
+			c.Header(HeaderWorker, ev.Worker)
+		}
+		writeError(c, ev.Err)
+		return
+	}
+	worker := ""
+	if ev != nil && ev.Worker != "" {
+		worker = ev.Worker
+		c.Header(HeaderWorker, worker)
+	}
+	w := newSSEWriter(c.Writer)
+	w.start()
+
+	var usage *openai.Usage
+	for ev != nil {
+		if ev.Worker != "" {
+			worker = ev.Worker
+		}
+		if ev.Err != nil {
+			s.log.Warn("generation failed mid-stream", "request_id", reqID(c), "worker", worker, "error", ev.Err.Message)
+			w.errorFrame(ev.Err)
+			w.flush()
+			return
+		}
+		if ev.Usage != nil {
+			usage = ev.Usage
+		}
+		if e := g.chunk(w, ev, worker); e != nil {
+			w.errorFrame(e)
+			w.flush()
+			return
+		}
+		if w.flush() != nil {
+			return // client gone; ctx is cancelled too
+		}
+		ev, err = st.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.errorFrame(asError(err))
+			w.flush()
+			return
+		}
+	}
+	if includeUsage {
+		if usage == nil {
+			usage = &openai.Usage{}
+		}
+		g.usageChunk(w, usage, worker)
+	}
+	w.done()
+	w.flush()
+}

@@ -1,0 +1,74 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/macpool/macpool/api/openai"
+)
+
+// sseWriter writes "data: {json}\n\n" frames and flushes each write.
+type sseWriter struct {
+	w   gin.ResponseWriter
+	buf bytes.Buffer
+	enc *json.Encoder
+	err error // first write error: the client is gone
+}
+
+func newSSEWriter(w gin.ResponseWriter) *sseWriter {
+	s := &sseWriter{w: w}
+	s.enc = json.NewEncoder(&s.buf)
+	s.enc.SetEscapeHTML(false) // as OpenAI and vLLM send it
+	return s
+}
+
+// start sends the SSE headers at once, so the client sees the 200 as soon as
+// the job started. Headers set on w before (X-Macpool-Worker) go too.
+func (s *sseWriter) start() {
+	h := s.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	s.w.WriteHeader(http.StatusOK)
+	s.w.Flush()
+}
+
+// add appends one frame to the pending buffer.
+func (s *sseWriter) add(v any) {
+	s.buf.WriteString("data: ")
+	if err := s.enc.Encode(v); err != nil {
+		// Our own types always marshal; keep the stream well-formed anyway.
+		s.buf.WriteString(`{"error":{"message":"internal error encoding chunk","type":"server_error","param":null,"code":null}}` + "\n")
+	}
+	s.buf.WriteByte('\n')
+}
+
+func (s *sseWriter) done() { s.buf.WriteString("data: [DONE]\n\n") }
+
+// flush writes the pending frames to the client.
+func (s *sseWriter) flush() error {
+	if s.err != nil {
+		return s.err
+	}
+	if s.buf.Len() == 0 {
+		return nil
+	}
+	_, err := s.w.Write(s.buf.Bytes())
+	s.buf.Reset()
+	if err != nil {
+		s.err = err
+		return err
+	}
+	s.w.Flush()
+	return nil
+}
+
+// errorFrame is the mid-stream error: data: {"error":{...}}. Like vLLM we then
+// send data: [DONE]; the OpenAI SDKs stop at the error frame and raise it.
+func (s *sseWriter) errorFrame(e *openai.Error) {
+	s.add(openai.ErrorResponse{Error: e})
+	s.done()
+}

@@ -1,0 +1,23 @@
+package cluster
+
+import "runtime"
+
+// Hardware describes the machine a node runs on.
+type Hardware struct {
+	Chip     string
+	Cores    int
+	MemoryMB int64
+}
+
+// DetectHardware reads the chip name, core count and memory size of this
+// machine (/proc on Linux, sysctl on macOS). Unknown fields stay zero.
+func DetectHardware() Hardware {
+	h := detectHardware()
+	if h.Cores == 0 {
+		h.Cores = runtime.NumCPU()
+	}
+	if h.Chip == "" {
+		h.Chip = runtime.GOARCH
+	}
+	return h
+}

@@ -1,0 +1,5 @@
+//go:build !linux && !darwin
+
+package cluster
+
+func detectHardware() Hardware { return Hardware{} }

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/macpool/macpool/api"
+	"github.com/macpool/macpool/cluster"
+	"github.com/macpool/macpool/coordinator"
+)
+
+// version is reported in gossip metadata.
+var version = "dev"
+
+func init() {
+	register("coordinator", "run a coordinator: HTTP API, queue (NATS), cluster state (Raft)", runCoordinator)
+}
+
+// clusterFlags are the flags shared by coordinator, worker and up.
+type clusterFlags struct {
+	name     string
+	gossip   string
+	join     string
+	dataDir  string
+	logLevel string
+	fast     bool
+}
+
+func (f *clusterFlags) register(fs *flag.FlagSet, gossipDefault string) {
+	fs.StringVar(&f.name, "name", "", "node name, unique in the cluster (default: host name)")
+	fs.StringVar(&f.gossip, "gossip", gossipDefault, "gossip listen address host:port (port 0: any)")
+	fs.StringVar(&f.join, "join", "", "gossip address(es) of any cluster member, comma separated")
+	fs.StringVar(&f.dataDir, "data-dir", "macpool-data", "state directory: Raft log and snapshots, embedded NATS JetStream store (models live in the Hugging Face cache)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.BoolVar(&f.fast, "fast-timeouts", false, "short gossip and Raft timeouts (tests on one machine)")
+}
+
+func (f *clusterFlags) logger(stderr io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("%w: -log-level %q: %v", errUsage, f.logLevel, err)
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+func (f *clusterFlags) nodeName(suffix bool) string {
+	if f.name != "" {
+		return f.name
+	}
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "macpool"
+	}
+	if i := strings.IndexByte(h, '.'); i > 0 {
+		h = h[:i]
+	}
+	if suffix {
+		h = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	return h
+}
+
+func (f *clusterFlags) gossipConfig() cluster.Config {
+	g := cluster.DefaultConfig()
+	if f.fast {
+		g = cluster.FastConfig()
+	}
+	g.BindAddr = f.gossip
+	for _, j := range strings.Split(f.join, ",") {
+		if j = strings.TrimSpace(j); j != "" {
+			g.Join = append(g.Join, j)
+		}
+	}
+	return g
+}
+
+type coordinatorFlags struct {
+	clusterFlags
+	http          string
+	nats          string
+	natsListen    string
+	natsCluster   string
+	raft          string
+	bootstrap     string
+	queueLimit    int
+	keyQueueLimit int
+	apiKeys       keyFlags
+	discovery     discoveryFlags // LAN advertising (observe.go)
+}
+
+// keyFlags collects repeated -api-key ID:SECRET flags.
+type keyFlags []string
+
+func (k *keyFlags) String() string { return strings.Join(*k, ",") }
+
+func (k *keyFlags) Set(v string) error {
+	id, secret, ok := strings.Cut(v, ":")
+	if !ok || id == "" || secret == "" {
+		return fmt.Errorf("want ID:SECRET, got %q", v)
+	}
+	*k = append(*k, v)
+	return nil
+}
+
+func (f *coordinatorFlags) register(fs *flag.FlagSet) {
+	f.clusterFlags.register(fs, "0.0.0.0:7946")
+	fs.StringVar(&f.http, "http", ":8080", "HTTP API listen address (port 0: any)")
+	fs.StringVar(&f.nats, "nats", coordinator.NATSEmbedded, `"embedded" or nats:// URLs of an external JetStream-enabled NATS`)
+	fs.StringVar(&f.natsListen, "nats-listen", "0.0.0.0:4222", "client listen address of the embedded NATS server (port 0: any)")
+	fs.StringVar(&f.natsCluster, "nats-cluster", "", "NATS route listen address host:port (port 0: any) of the embedded server: every coordinator runs its own server, routed to the others found by gossip, with queues replicated on up to 3 coordinators (give it to all coordinators; the queues open once two run). Empty: one standalone server on the first coordinator")
+	fs.StringVar(&f.raft, "raft", "", "Raft listen address (default: gossip host, any port)")
+	fs.StringVar(&f.bootstrap, "bootstrap", "auto", "start a new Raft cluster: auto (when -join is empty), true or false")
+	fs.IntVar(&f.queueLimit, "queue-limit", 256, "jobs queued per model before 429")
+	fs.IntVar(&f.keyQueueLimit, "key-queue-limit", 64, "jobs queued per model and API key before 429 (fairness)")
+	f.discovery.register(fs)
+	fs.Var(&f.apiKeys, "api-key", "store API key ID:SECRET in the cluster state (hashed; repeatable); once any key is stored, requests need one")
+}
+
+func (f *coordinatorFlags) config(logger *slog.Logger, httpAddr string) (coordinator.Config, error) {
+	cfg := coordinator.DefaultConfig()
+	cfg.Name = f.nodeName(false)
+	cfg.Version = version
+	cfg.DataDir = f.dataDir
+	cfg.Gossip = f.gossipConfig()
+	cfg.NATS = f.nats
+	cfg.NATSListen = f.natsListen
+	cfg.NATSCluster = f.natsCluster
+	cfg.RaftAddr = f.raft
+	switch f.bootstrap {
+	case "auto":
+		cfg.Bootstrap = len(cfg.Gossip.Join) == 0
+	case "true":
+		cfg.Bootstrap = true
+	case "false":
+	default:
+		return cfg, fmt.Errorf("%w: -bootstrap must be auto, true or false", errUsage)
+	}
+	if f.fast {
+		cfg.FastRaft()
+	}
+	cfg.QueueLimit = f.queueLimit
+	cfg.KeyQueueLimit = f.keyQueueLimit
+	cfg.HTTPAddr = httpAddr
+	cfg.Logger = logger
+	return cfg, nil
+}
+
+func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("coordinator", stderr)
+	var f coordinatorFlags
+	f.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	logger, err := f.logger(stderr)
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	c, _, err := startCoordinator(ctx, g, &f, logger, stdout)
+	if err != nil {
+		return err
+	}
+	_ = c
+	return g.Wait()
+}
+
+// startCoordinator opens the HTTP listener, starts the coordinator and the
+// HTTP API in g, and prints the bound addresses.
+func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlags, logger *slog.Logger, stdout io.Writer) (*coordinator.Coordinator, net.Listener, error) {
+	ln, err := net.Listen("tcp", f.http)
+	if err != nil {
+		return nil, nil, fmt.Errorf("http listen %s: %w", f.http, err)
+	}
+	httpAddr := ln.Addr().String()
+	cfg, err := f.config(logger, httpAddr)
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	c, err := coordinator.New(cfg)
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	acfg := api.DefaultConfig()
+	acfg.Addr = httpAddr
+	acfg.ShutdownTimeout = 5 * time.Second
+	acfg.Auth = c // anonymous while the cluster stores no API keys
+
+	// Metrics around the service, for /metrics (observe.go).
+	reg, svc := observeCoordinator(c)
+	srv, err := api.New(acfg, svc, logger)
+	if err != nil {
+		ln.Close()
+		c.Close()
+		return nil, nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(coordinator.StatusPath, c.StatusHandler())
+	if err := mountObservability(mux, reg); err != nil { // GET /metrics, dashboard at / and /dashboard
+		ln.Close()
+		c.Close()
+		return nil, nil, err
+	}
+	mux.Handle("/", srv.Handler())
+	g.Go(func() error { return c.Run(ctx) })
+	f.discovery.advertise(ctx, g, cfg.Name, c.GossipAddr(), httpAddr, logger) // mDNS _macpool._tcp
+	if len(f.apiKeys) > 0 {
+		g.Go(func() error {
+			// Written through Raft (forwarded to the leader, retried while
+			// none is elected).
+			for _, kv := range f.apiKeys {
+				id, secret, _ := strings.Cut(kv, ":")
+				kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				err := c.AddAPIKey(kctx, id, id, secret)
+				cancel()
+				if err != nil && ctx.Err() == nil {
+					return fmt.Errorf("store api key %s: %w", id, err)
+				}
+			}
+			return nil
+		})
+	}
+	g.Go(func() error { return serveHTTP(ctx, ln, mux, logger) })
+	fmt.Fprintf(stdout, "listening role=coordinator name=%s http=%s gossip=%s nats=%s raft=%s\n",
+		cfg.Name, httpAddr, c.GossipAddr(), c.NATSURL(), c.RaftAddr())
+	return c, ln, nil
+}
+
+// serveHTTP serves h on ln until ctx ends, then shuts down gracefully.
+//
+// TODO(cluster): use api.Server.Serve once the api package offers a way to
+// mount extra routes (GET /v1/cluster/status); see docs/notes/api.md.
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

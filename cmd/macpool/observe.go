@@ -1,0 +1,153 @@
+package main
+
+// Observability and zero-config joining for the coordinator, worker and up
+// commands: /metrics, the dashboard, and LAN discovery (owner: discovery /
+// metrics / dashboard; see docs/notes/ops.md).
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/macpool/macpool/api"
+	"github.com/macpool/macpool/cluster"
+	"github.com/macpool/macpool/coordinator"
+	"github.com/macpool/macpool/dashboard"
+	"github.com/macpool/macpool/discovery"
+	"github.com/macpool/macpool/metrics"
+)
+
+// discoveryFlags configure LAN discovery: coordinators advertise
+// _macpool._tcp, a worker without -join browses for it.
+type discoveryFlags struct {
+	cluster string
+	secret  string
+	off     bool
+	wait    time.Duration
+	iface   string
+}
+
+func (f *discoveryFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.cluster, "cluster", "macpool", "cluster name advertised on the LAN (mDNS _macpool._tcp) and looked for by workers without -join")
+	fs.StringVar(&f.secret, "cluster-secret", "", "cluster secret; only a hash of it is advertised, and workers join only clusters with the same secret (default: $MACPOOL_CLUSTER_SECRET)")
+	fs.BoolVar(&f.off, "no-discovery", false, "neither advertise nor browse the LAN with mDNS")
+	fs.DurationVar(&f.wait, "discover-timeout", 30*time.Second, "how long a worker without -join looks for a coordinator on the LAN")
+	fs.StringVar(&f.iface, "discovery-interface", "", "network interface for mDNS (default: the system's multicast interface)")
+}
+
+func (f *discoveryFlags) config(logger *slog.Logger) discovery.Config {
+	cfg := discovery.DefaultConfig()
+	cfg.Cluster = f.cluster
+	cfg.Secret = f.secret
+	if cfg.Secret == "" {
+		cfg.Secret = os.Getenv("MACPOOL_CLUSTER_SECRET")
+	}
+	cfg.Interface = f.iface
+	cfg.Logger = logger
+	return cfg
+}
+
+// discoverJoin fills cf.join with the gossip addresses of a coordinator
+// found on the LAN, for a worker started without -join.
+func (f *discoveryFlags) discoverJoin(ctx context.Context, cf *clusterFlags, logger *slog.Logger, stderr io.Writer) error {
+	if f.off {
+		return fmt.Errorf("%w: -join is required with -no-discovery", errUsage)
+	}
+	d, err := discovery.New(f.config(logger))
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	defer d.Close()
+	fmt.Fprintf(stderr, "no -join given: looking for cluster %q on the local network (mDNS, up to %v)...\n", f.cluster, f.wait)
+	dctx, cancel := context.WithTimeout(ctx, f.wait)
+	defer cancel()
+	addrs, err := d.Discover(dctx)
+	if err != nil {
+		if errors.Is(err, discovery.ErrNotFound) {
+			return fmt.Errorf("%w; start a coordinator on this network, or pass -join HOST:PORT", err)
+		}
+		return err
+	}
+	fmt.Fprintf(stderr, "found cluster %q: joining %s\n", f.cluster, strings.Join(addrs, ","))
+	cf.join = strings.Join(addrs, ",")
+	return nil
+}
+
+// advertise announces a coordinator on the LAN until ctx ends. Failing to
+// advertise (no multicast interface, port 5353 unavailable) is logged, not
+// fatal: workers can still -join by address. A coordinator whose gossip is
+// bound to loopback (tests, one-machine setups) is not advertised: nothing
+// on the LAN could join it, and tests must not multicast onto real networks.
+func (f *discoveryFlags) advertise(ctx context.Context, g *errgroup.Group, name, gossip, httpAddr string, logger *slog.Logger) {
+	if f.off {
+		return
+	}
+	if host, _, err := net.SplitHostPort(gossip); err == nil {
+		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+			logger.Debug("not advertising a loopback gossip address on the LAN", "gossip", gossip)
+			return
+		}
+	}
+	cfg := f.config(logger)
+	cfg.Instance = strings.ReplaceAll(name, ".", "-")
+	cfg.Gossip = gossip
+	cfg.HTTP = httpAddr
+	d, err := discovery.New(cfg)
+	if err != nil {
+		logger.Warn("LAN discovery disabled", "err", err)
+		return
+	}
+	g.Go(func() error {
+		if err := d.Run(ctx); err != nil {
+			logger.Warn("LAN discovery stopped; workers must use -join", "err", err)
+		}
+		return nil
+	})
+}
+
+// observeCoordinator creates the metrics registry of a coordinator: request
+// metrics through the instrumented service, queue depth, worker load and
+// leader changes refreshed from the cluster status on every scrape.
+func observeCoordinator(c *coordinator.Coordinator) (*metrics.Registry, api.Service) {
+	reg := metrics.New()
+	reg.OnScrape(func(ctx context.Context) {
+		st := c.Status(ctx)
+		reg.SetQueueDepths(st.Queued)
+		var loads []metrics.WorkerLoad
+		for _, n := range st.Nodes {
+			if n.Role != cluster.RoleWorker {
+				continue
+			}
+			for _, m := range n.Models {
+				loads = append(loads, metrics.WorkerLoad{Worker: n.Name, Model: m, Running: n.Running, Slots: n.Slots})
+			}
+		}
+		reg.SetWorkerLoads(loads)
+		reg.ObserveLeader(st.Leader)
+	})
+	return reg, reg.Instrument(c)
+}
+
+// mountObservability adds GET /metrics and the dashboard (at / and
+// /dashboard) to the coordinator's mux.
+func mountObservability(mux *http.ServeMux, reg *metrics.Registry) error {
+	d, err := dashboard.New(dashboard.DefaultConfig())
+	if err != nil {
+		return err
+	}
+	mux.Handle("GET "+metrics.Path, reg.Handler())
+	for _, p := range d.Patterns() {
+		mux.Handle(p, d)
+	}
+	return nil
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/macpool/macpool/api"
+	"github.com/macpool/macpool/engine/serve"
+	"github.com/macpool/macpool/worker"
+)
+
+func init() {
+	register("worker", "run a worker: serve a model for the cluster", runWorker)
+}
+
+type workerFlags struct {
+	model      string
+	modelName  string
+	backend    string
+	slots      int
+	tokenDelay time.Duration
+	threads    int
+}
+
+func (f *workerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.model, "model", "", "model to serve: a local folder, a .gguf file or a Hugging Face repo id (ORG/NAME[@REV][:FILE|QUANT])")
+	fs.StringVar(&f.modelName, "model-name", "", "name clients use for the model (default: the repo id, or the folder's base name)")
+	fs.StringVar(&f.backend, "backend", "cpu", "engine backend: cpu, metal (macOS), or test (an instant echo engine for tests and benchmarks; loads no model)")
+	fs.IntVar(&f.slots, "slots", 8, "sequences generated at once (batched by the engine)")
+	fs.IntVar(&f.threads, "threads", 0, "engine threads (default: all cores)")
+	fs.DurationVar(&f.tokenDelay, "test-token-delay", 0, "delay per token of -backend test")
+}
+
+// engine builds the worker's engine, the model name it serves and a
+// function that releases the engine.
+func (f *workerFlags) engine(logger *slog.Logger) (worker.Engine, string, func() error, error) {
+	if f.model == "" {
+		return nil, "", nil, fmt.Errorf("%w: -model is required", errUsage)
+	}
+	if f.slots < 1 {
+		return nil, "", nil, fmt.Errorf("%w: -slots %d must be at least 1", errUsage, f.slots)
+	}
+	name := f.modelName
+	if name == "" {
+		name = filepath.Base(strings.TrimRight(f.model, "/"))
+	}
+	switch f.backend {
+	case "test":
+		return &worker.TestEngine{TokenDelay: f.tokenDelay}, name, func() error { return nil }, nil
+	default: // an engine backend: cpu, metal, ... (engine.RegisterBackend names)
+		// Hub references were resolved to a cache path (folder or .gguf)
+		// by resolveWorkerModel (cmd/macpool/model.go, package hub).
+		dir := f.model
+		if _, err := os.Stat(dir); err != nil {
+			return nil, "", nil, fmt.Errorf("-model: %w", err)
+		}
+		cfg := serve.DefaultConfig()
+		cfg.ModelDir = dir
+		cfg.ModelName = name
+		cfg.Backend = f.backend
+		cfg.Threads = f.threads
+		cfg.MaxSeqs = f.slots
+		e, err := serve.New(cfg, logger)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("load model %s: %w", f.model, err)
+		}
+		return serveEngine{e}, name, e.Close, nil
+	}
+}
+
+// serveEngine adapts engine/serve to worker.ResumeEngine: a job requeued
+// with resume tokens (mid-stream failover) continues through
+// serve.GenerateResume. serve's events do not carry token ids yet, so the
+// events it emits report none: the coordinator then treats its jobs as not
+// resumable and a worker failure still ends them with a 503 (docs/cluster.md).
+type serveEngine struct{ *serve.Engine }
+
+func (e serveEngine) GenerateResume(ctx context.Context, job *api.Job, r *worker.Resume, emit func(*api.Event, []int) error) error {
+	var sr *serve.Resume
+	if r != nil {
+		sr = &serve.Resume{Tokens: r.Tokens}
+	}
+	return e.Engine.GenerateResume(ctx, job, sr, func(ev *api.Event) error { return emit(ev, nil) })
+}
+
+func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("worker", stderr)
+	var cf clusterFlags
+	var f workerFlags
+	var df discoveryFlags
+	cf.register(fs, "0.0.0.0:0")
+	f.register(fs)
+	df.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if cf.join == "" { // no -join: find a coordinator on the LAN (mDNS, observe.go)
+		dlogger, err := cf.logger(stderr)
+		if err != nil {
+			return err
+		}
+		if err := df.discoverJoin(ctx, &cf, dlogger, stderr); err != nil {
+			return err
+		}
+	}
+	if err := resolveWorkerModel(ctx, &f, stderr); err != nil { // hub: repo id → cache path
+		return err
+	}
+	logger, err := cf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	if err := startWorker(ctx, g, &cf, &f, logger, stdout); err != nil {
+		return err
+	}
+	return g.Wait()
+}
+
+func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *workerFlags, logger *slog.Logger, stdout io.Writer) error {
+	eng, model, closeEngine, err := f.engine(logger)
+	if err != nil {
+		return err
+	}
+	slots := f.slots
+	cfg := worker.DefaultConfig()
+	cfg.Name = cf.nodeName(true)
+	cfg.Version = version
+	cfg.Models = []string{model}
+	cfg.Engine = eng
+	cfg.Slots = slots
+	cfg.Gossip = cf.gossipConfig()
+	cfg.Logger = logger
+	w, err := worker.New(cfg)
+	if err != nil {
+		closeEngine()
+		return err
+	}
+	g.Go(func() error {
+		err := w.Run(ctx)
+		if cerr := closeEngine(); err == nil {
+			err = cerr
+		}
+		return err
+	})
+	fmt.Fprintf(stdout, "listening role=worker name=%s gossip=%s model=%s backend=%s slots=%d\n", cfg.Name, w.GossipAddr(), model, f.backend, slots)
+	return nil
+}

@@ -1,0 +1,205 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// Durable cluster state replicated by Raft. Commands are typed, prefixed by a
+// version byte and a type byte, followed by a JSON body. Apply is
+// deterministic: it only reads the command and the current state.
+
+const cmdVersion byte = 1
+
+type cmdType byte
+
+const (
+	cmdRegisterModel cmdType = iota + 1
+	cmdRemoveModel
+	cmdSetPlacement
+	cmdPutAPIKey
+	cmdDeleteAPIKey
+)
+
+// ModelSpec is a registry entry.
+type ModelSpec struct {
+	Name         string `json:"name"`
+	Source       string `json:"source,omitempty"`       // folder or Hugging Face repo id
+	Format       string `json:"format,omitempty"`       // safetensors | mlx | gguf
+	Quantization string `json:"quantization,omitempty"` // e.g. q4_0, 4bit; "" = unquantized
+	Created      int64  `json:"created,omitempty"`      // unix seconds, set by the proposer
+}
+
+// APIKey is a stored API key: only its SHA-256 hash is kept.
+type APIKey struct {
+	ID   string `json:"id"`
+	Hash string `json:"hash"` // hex SHA-256 of the secret
+	Name string `json:"name,omitempty"`
+}
+
+// State is the replicated state.
+type State struct {
+	Models    map[string]ModelSpec `json:"models"`
+	Placement map[string][]string  `json:"placement"` // model -> worker names, sorted
+	APIKeys   map[string]APIKey    `json:"api_keys"`  // by hash
+}
+
+func newState() State {
+	return State{Models: map[string]ModelSpec{}, Placement: map[string][]string{}, APIKeys: map[string]APIKey{}}
+}
+
+func (s State) clone() State {
+	c := State{Models: maps.Clone(s.Models), Placement: make(map[string][]string, len(s.Placement)), APIKeys: maps.Clone(s.APIKeys)}
+	for k, v := range s.Placement {
+		c.Placement[k] = slices.Clone(v)
+	}
+	return c
+}
+
+type placementCmd struct {
+	Model   string   `json:"model"`
+	Workers []string `json:"workers"`
+}
+
+type nameCmd struct {
+	Name string `json:"name"`
+}
+
+// encodeCmd builds the raft log payload for a command.
+func encodeCmd(t cmdType, body any) ([]byte, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encode command %d: %w", t, err)
+	}
+	return append([]byte{cmdVersion, byte(t)}, b...), nil
+}
+
+// fsm applies commands to State. Reads take the read lock.
+type fsm struct {
+	mu    sync.RWMutex
+	state State
+}
+
+func newFSM() *fsm { return &fsm{state: newState()} }
+
+func (f *fsm) snapshot() State {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.clone()
+}
+
+// Apply implements raft.FSM. It returns nil or an error value.
+func (f *fsm) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	return f.apply(l.Data)
+}
+
+func (f *fsm) apply(data []byte) error {
+	if len(data) < 2 {
+		return errors.New("short command")
+	}
+	if data[0] != cmdVersion {
+		return fmt.Errorf("command version %d, want %d", data[0], cmdVersion)
+	}
+	body := data[2:]
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch cmdType(data[1]) {
+	case cmdRegisterModel:
+		var m ModelSpec
+		if err := json.Unmarshal(body, &m); err != nil {
+			return fmt.Errorf("register model: %w", err)
+		}
+		if m.Name == "" {
+			return errors.New("register model: empty name")
+		}
+		f.state.Models[m.Name] = m
+	case cmdRemoveModel:
+		var c nameCmd
+		if err := json.Unmarshal(body, &c); err != nil {
+			return fmt.Errorf("remove model: %w", err)
+		}
+		delete(f.state.Models, c.Name)
+		delete(f.state.Placement, c.Name)
+	case cmdSetPlacement:
+		var c placementCmd
+		if err := json.Unmarshal(body, &c); err != nil {
+			return fmt.Errorf("set placement: %w", err)
+		}
+		if len(c.Workers) == 0 {
+			delete(f.state.Placement, c.Model)
+		} else {
+			w := slices.Clone(c.Workers)
+			slices.Sort(w)
+			f.state.Placement[c.Model] = w
+		}
+	case cmdPutAPIKey:
+		var k APIKey
+		if err := json.Unmarshal(body, &k); err != nil {
+			return fmt.Errorf("put api key: %w", err)
+		}
+		if k.Hash == "" {
+			return errors.New("put api key: empty hash")
+		}
+		f.state.APIKeys[k.Hash] = k
+	case cmdDeleteAPIKey:
+		var c nameCmd
+		if err := json.Unmarshal(body, &c); err != nil {
+			return fmt.Errorf("delete api key: %w", err)
+		}
+		for h, k := range f.state.APIKeys {
+			if k.ID == c.Name || h == c.Name {
+				delete(f.state.APIKeys, h)
+			}
+		}
+	default:
+		return fmt.Errorf("unknown command type %d", data[1])
+	}
+	return nil
+}
+
+// Snapshot implements raft.FSM: a cheap copy; Persist does the encoding.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) { return fsmSnapshot{f.snapshot()}, nil }
+
+// Restore implements raft.FSM: replaces all state.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	s := newState()
+	if err := json.NewDecoder(rc).Decode(&s); err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	if s.Models == nil {
+		s.Models = map[string]ModelSpec{}
+	}
+	if s.Placement == nil {
+		s.Placement = map[string][]string{}
+	}
+	if s.APIKeys == nil {
+		s.APIKeys = map[string]APIKey{}
+	}
+	f.mu.Lock()
+	f.state = s
+	f.mu.Unlock()
+	return nil
+}
+
+type fsmSnapshot struct{ s State }
+
+func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := json.NewEncoder(sink).Encode(s.s); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s fsmSnapshot) Release() {}

@@ -1,0 +1,290 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/macpool/macpool/api"
+	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/metrics"
+)
+
+// scripted is an api.Service whose answers are fixed text deltas, sent a
+// little apart so the page has to render them as they come.
+type scripted struct {
+	deltas []string
+	gap    time.Duration
+
+	mu   sync.Mutex
+	jobs []*api.Job
+}
+
+func (s *scripted) Models(ctx context.Context) ([]openai.Model, error) {
+	return []openai.Model{{ID: "qwen3-0.6b", Object: "model"}, {ID: "qwen3-8b", Object: "model"}}, nil
+}
+
+func (s *scripted) Ready(ctx context.Context) error { return nil }
+
+func (s *scripted) Submit(ctx context.Context, job *api.Job) (api.Stream, error) {
+	s.mu.Lock()
+	s.jobs = append(s.jobs, job)
+	s.mu.Unlock()
+	evs := []*api.Event{{Worker: "mac-studio-1", Role: "assistant"}}
+	for _, d := range s.deltas {
+		evs = append(evs, &api.Event{Worker: "mac-studio-1", Text: d})
+	}
+	evs = append(evs, &api.Event{Worker: "mac-studio-1", FinishReason: "stop",
+		Usage: &openai.Usage{PromptTokens: 9, CompletionTokens: len(s.deltas), TotalTokens: 9 + len(s.deltas)}})
+	return &scriptedStream{evs: evs, gap: s.gap}, nil
+}
+
+func (s *scripted) lastJob() *api.Job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.jobs) == 0 {
+		return nil
+	}
+	return s.jobs[len(s.jobs)-1]
+}
+
+type scriptedStream struct {
+	evs []*api.Event
+	gap time.Duration
+}
+
+func (s *scriptedStream) Recv(ctx context.Context) (*api.Event, error) {
+	if len(s.evs) == 0 {
+		return nil, io.EOF
+	}
+	t := time.NewTimer(s.gap)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+	}
+	ev := s.evs[0]
+	s.evs = s.evs[1:]
+	return ev, nil
+}
+
+func (s *scriptedStream) Close() error { return nil }
+
+// chromiumPath finds a Chromium to drive. In CI (CI set) a missing browser
+// is a failure; elsewhere the test is skipped.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("MACPOOL_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("CI is set but no Chromium is installed (apt-get install chromium chromium-driver)")
+	}
+	t.Skip("no Chromium installed (apt-get install chromium); CI is unset")
+	return ""
+}
+
+// artifactDir is where the screenshot goes: $MACPOOL_TEST_ARTIFACTS if set
+// (CI keeps it), else the test's temporary directory.
+func artifactDir(t *testing.T) string {
+	if d := os.Getenv("MACPOOL_TEST_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// TestBrowser serves the dashboard next to the real api.Server (with a
+// scripted Service), a status endpoint shaped like coordinator.Status
+// (testdata/status.json) whose queue grows on every poll, and a metrics
+// Registry whose token counters grow on every scrape; then drives headless
+// Chromium over the DevTools protocol.
+func TestBrowser(t *testing.T) {
+	chromium := chromiumPath(t)
+
+	svc := &scripted{deltas: []string{"Hello", " from", " mac-studio-1", "!"}, gap: 150 * time.Millisecond}
+	acfg := api.DefaultConfig()
+	apiSrv, err := api.New(acfg, svc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixture, err := os.ReadFile("testdata/status.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var polls atomic.Int64
+	status := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var st map[string]any
+		if err := json.Unmarshal(fixture, &st); err != nil {
+			t.Error(err)
+		}
+		st["queued"].(map[string]any)["qwen3-8b"] = polls.Add(1) // live: grows every poll
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(st)
+	})
+	reg := metrics.New()
+	var scrapes atomic.Int64
+	metricsH := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reg.AddGeneratedTokens("mac-studio-1", "qwen3-8b", 60)
+		reg.AddGeneratedTokens("mac-mini-2", "qwen3-0.6b", 15)
+		reg.ObserveTTFT("qwen3-8b", 300*time.Millisecond)      // bucket (0.25, 0.5]: p50 interpolates to 375 ms
+		reg.ObserveInterToken("qwen3-8b", 20*time.Millisecond) // bucket (0.01, 0.02]: p50 15 ms
+		if scrapes.Add(1) == 4 {
+			reg.Error("worker_failed")
+		}
+		reg.Handler().ServeHTTP(w, r)
+	})
+
+	cfg := DefaultConfig()
+	cfg.PollInterval = 250 * time.Millisecond
+	cfg.Title = "macpool · office"
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	for _, p := range d.Patterns() {
+		mux.Handle(p, d)
+	}
+	mux.Handle(cfg.StatusPath, status)
+	mux.Handle(metrics.Path, metricsH)
+	mux.Handle("/", apiSrv.Handler())
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.NoSandbox, // root in CI containers
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1100),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+
+	start := time.Now()
+	// The first call starts the browser and must not carry a timeout (it
+	// would end the browser); later steps are bounded.
+	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/dashboard")); err != nil {
+		t.Fatalf("start Chromium and open the dashboard: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, 40*time.Second)
+	defer cancel()
+	do := func(name string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v (after %v)", name, err, time.Since(start))
+		}
+	}
+	poll := func(name, expr string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr)); err != nil {
+			t.Fatalf("wait for %s: %v (after %v)", name, err, time.Since(start))
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
+	}
+
+	// Live nodes.
+	do("node rows", chromedp.WaitVisible(chromedp.CSS(`tr[data-node="mac-studio-1"]`)))
+	poll("tokens/s", `(() => {
+		const c = document.querySelector('tr[data-node="mac-studio-1"] td.tps');
+		return c !== null && parseFloat(c.textContent) > 0; })()`)
+	row, coordRow, conn := text(`tr[data-node="mac-studio-1"]`), text(`tr[data-node="office-coord"]`), text(`#conn`)
+	for _, want := range []string{"mac-studio-1", "worker", "Apple M2 Ultra", "24 cores", "192 GB", "qwen3-8b", "3 / 8"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("node row %q lacks %q", row, want)
+		}
+	}
+	if !strings.Contains(coordRow, "leader") || !strings.Contains(coordRow, "Apple M2 Pro") {
+		t.Errorf("coordinator row %q lacks leader / Apple M2 Pro", coordRow)
+	}
+	if !strings.Contains(conn, "live") {
+		t.Errorf("connection indicator %q, want live", conn)
+	}
+	poll("latency quantiles", `document.getElementById('sum-ttft').textContent === '375 ms' &&
+		document.getElementById('sum-itl').textContent === '15 ms'`)
+	// The page keeps polling: the queue of qwen3-8b grows with every poll.
+	q1 := strings.TrimSpace(text(`tr[data-model="qwen3-8b"] td.queued`))
+	poll("queue to grow", `parseInt(document.querySelector('tr[data-model="qwen3-8b"] td.queued').textContent, 10) > `+q1)
+	poll("error counter from metrics", `document.getElementById('errors').textContent.includes('worker_failed')`)
+	if placement := text(`tr[data-model="qwen3-0.6b"]`); !strings.Contains(placement, "mac-mini-2") ||
+		!strings.Contains(placement, "gguf") || !strings.Contains(placement, "0 / 4") {
+		t.Errorf("placement row %q lacks mac-mini-2, gguf, 0 / 4", placement)
+	}
+
+	// Playground: the reply must appear piece by piece, then complete.
+	do("send a message",
+		chromedp.WaitReady(chromedp.CSS(`#chat-model option[value="qwen3-8b"]`)),
+		chromedp.SetValue(chromedp.CSS(`#chat-model`), "qwen3-8b"),
+		chromedp.SendKeys(chromedp.CSS(`#chat-input`), "Say hello"),
+		chromedp.Click(chromedp.CSS(`#chat-send`)))
+	poll("a partial reply while streaming", `(() => {
+		const b = document.querySelector('.msg.assistant.streaming .content');
+		return b !== null && b.textContent.startsWith('Hello') && !b.textContent.endsWith('!'); })()`)
+	poll("the reply to finish", `document.querySelector('.msg.assistant')?.dataset.done === 'true'`)
+	reply, meta, chatStatus := text(`.msg.assistant .content`), text(`.msg.assistant .meta`), text(`#chat-status`)
+	chunks, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(`.msg.assistant`), "data-chunks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply != "Hello from mac-studio-1!" {
+		t.Errorf("reply got %q, want %q", reply, "Hello from mac-studio-1!")
+	}
+	if chunks.Value != "4" {
+		t.Errorf("reply rendered in %s chunks, want 4", chunks.Value)
+	}
+	if !strings.Contains(meta, "mac-studio-1") || !strings.Contains(meta, "4 tokens") || chatStatus != "done" {
+		t.Errorf("reply meta %q / status %q, want worker, 4 tokens, done", meta, chatStatus)
+	}
+	job := svc.lastJob()
+	if job == nil || job.Model != "qwen3-8b" || job.Chat == nil || !job.Chat.Stream ||
+		len(job.Chat.Messages) != 1 || job.Chat.Messages[0].Content.String() != "Say hello" {
+		t.Errorf("service got job %+v, want a streamed chat for qwen3-8b with the one message", job)
+	}
+
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(artifactDir(t), "dashboard.png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes), browser steps took %v", path, len(png), time.Since(start))
+
+	cancel()
+	cancelBrowser()
+	cancelAlloc()
+	apiSrv.Close()
+}

@@ -1,0 +1,64 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/macpool/macpool/engine/gguf"
+	"github.com/macpool/macpool/engine/tensor"
+)
+
+// ErrGGUFUnsupported is wrapped by the error for a GGUF file whose
+// architecture engine/gguf does not map (it supports qwen2, qwen3, qwen3moe).
+var ErrGGUFUnsupported = errors.New("gguf not supported")
+
+// openGGUF opens a single-file GGUF checkpoint through engine/gguf, which
+// maps its metadata to a Config and its tensors to canonical names (per-expert
+// views of the stacked *_exps tensors, logical [out, in] shapes).
+func openGGUF(path string) (*Checkpoint, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	gc, err := f.Config()
+	if err == nil {
+		var tensors map[string]*tensor.Host
+		if tensors, err = f.Tensors(); err == nil {
+			return New(path, configFromGGUF(gc), tensors, f)
+		}
+	}
+	f.Close()
+	if errors.Is(err, gguf.ErrUnsupportedArchitecture) {
+		return nil, fmt.Errorf("checkpoint: %w (%w)", err, ErrGGUFUnsupported)
+	}
+	return nil, fmt.Errorf("checkpoint: %w", err)
+}
+
+func configFromGGUF(g *gguf.Config) *Config {
+	return &Config{
+		ModelType:                    g.ModelType,
+		HiddenSize:                   g.HiddenSize,
+		IntermediateSize:             g.IntermediateSize,
+		NumHiddenLayers:              g.NumHiddenLayers,
+		NumAttentionHeads:            g.NumAttentionHeads,
+		NumKeyValueHeads:             g.NumKeyValueHeads,
+		HeadDim:                      g.HeadDim,
+		VocabSize:                    g.VocabSize,
+		MaxPositionEmbeddings:        g.MaxPositionEmbeddings,
+		RMSNormEps:                   g.RMSNormEps,
+		RopeTheta:                    g.RopeTheta,
+		PartialRotaryFactor:          g.PartialRotaryFactor,
+		TieWordEmbeddings:            g.TieWordEmbeddings,
+		AttentionBias:                g.AttentionBias,
+		LayerTypes:                   g.LayerTypes,
+		BOSTokenID:                   g.BOSTokenID,
+		EOSTokenIDs:                  g.EOSTokenIDs,
+		NumExperts:                   g.NumExperts,
+		NumExpertsPerTok:             g.NumExpertsPerTok,
+		MoEIntermediateSize:          g.MoEIntermediateSize,
+		SharedExpertIntermediateSize: g.SharedExpertIntermediateSize,
+		DecoderSparseStep:            g.DecoderSparseStep,
+		NormTopKProb:                 g.NormTopKProb,
+		MLPOnlyLayers:                g.MLPOnlyLayers,
+	}
+}

@@ -1,0 +1,143 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/engine/cpu/kernels"
+)
+
+// kvCache is one layer's K and V for one sequence, float32, stored
+// dimension-major: value x of head h at position p is k[(h*headDim+x)*cap+p].
+// Attention then works on long vectors over positions (an axpy per
+// dimension for the scores, a dot per dimension for the output) instead of
+// one short call per position. It grows by doubling (re-laying out rows);
+// a paged backend would keep a block table instead.
+type kvCache struct {
+	heads, headDim, dim int
+	cap                 int // positions allocated per row
+	k, v                []float32
+	n                   int
+}
+
+// NewKV allocates an empty cache.
+func (b *Backend) NewKV(kvHeads, headDim int) (engine.KV, error) {
+	if kvHeads <= 0 || headDim <= 0 {
+		return nil, fmt.Errorf("cpu: kv cache with %d heads of %d", kvHeads, headDim)
+	}
+	return &kvCache{heads: kvHeads, headDim: headDim, dim: kvHeads * headDim}, nil
+}
+
+func (c *kvCache) Len() int { return c.n }
+
+func (c *kvCache) Truncate(n int) error {
+	if n < 0 || n > c.n {
+		return fmt.Errorf("kv cache: truncate to %d of %d positions", n, c.n)
+	}
+	c.n = n
+	return nil
+}
+
+func (c *kvCache) Free() { c.k, c.v, c.n, c.cap = nil, nil, 0, 0 }
+
+// row returns dimension r (head*headDim + x) of K and V over positions [0, n).
+func (c *kvCache) row(r, n int) (k, v []float32) {
+	o := r * c.cap
+	return c.k[o : o+n : o+n], c.v[o : o+n : o+n]
+}
+
+func (c *kvCache) reserve(n int) {
+	if n <= c.cap {
+		return
+	}
+	nc := max(n, 2*c.cap, 64)
+	k, v := make([]float32, c.dim*nc), make([]float32, c.dim*nc)
+	for r := 0; r < c.dim; r++ {
+		copy(k[r*nc:r*nc+c.n], c.k[r*c.cap:r*c.cap+c.n])
+		copy(v[r*nc:r*nc+c.n], c.v[r*c.cap:r*c.cap+c.n])
+	}
+	c.k, c.v, c.cap = k, v, nc
+}
+
+// StoreKV writes the new K and V rows of every sequence into its cache.
+func (b *Backend) StoreKV(k, v engine.Tensor, seqs []engine.AttnSeq) {
+	kt, vt := tt(k), tt(v)
+	sameShape("storekv", kt, vt)
+	if paged, plain := splitPaged(seqs); len(paged) > 0 {
+		b.storeKVPaged(kt, vt, paged)
+		seqs = plain
+	}
+	for _, s := range seqs {
+		c := s.KV.(*kvCache)
+		if kt.cols != c.dim || s.Pos > c.n || s.Row < 0 || s.Row+s.N > kt.rows {
+			panic(fmt.Sprintf("cpu: storekv rows [%d,+%d) of [%d, %d] at position %d into cache of %d×%d holding %d",
+				s.Row, s.N, kt.rows, kt.cols, s.Pos, c.heads, c.headDim, c.n))
+		}
+		c.reserve(s.Pos + s.N)
+		// Transpose in blocks of 16 positions: each cache row gets one
+		// cache line of writes while the 16 source rows stay in cache.
+		for i0 := 0; i0 < s.N; i0 += 16 {
+			i1 := min(s.N, i0+16)
+			for r := 0; r < c.dim; r++ {
+				dk := c.k[r*c.cap+s.Pos+i0 : r*c.cap+s.Pos+i1]
+				dv := c.v[r*c.cap+s.Pos+i0 : r*c.cap+s.Pos+i1]
+				for i := range dk {
+					o := (s.Row+i0+i)*c.dim + r
+					dk[i] = kt.data[o]
+					dv[i] = vt.data[o]
+				}
+			}
+		}
+		c.n = s.Pos + s.N
+	}
+}
+
+// attnRows is how many query rows of one head one task handles.
+const attnRows = 8
+
+// Attention is causal grouped-query attention over each sequence's cache.
+// Scores are float32; the softmax subtracts the row maximum and sums in
+// float64.
+func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engine.AttnParams) {
+	d, qt := tt(dst), tt(q)
+	sameShape("attention", d, qt)
+	hd := p.HeadDim
+	if p.Heads*hd != qt.cols || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0 {
+		panic(fmt.Sprintf("cpu: attention %d heads (%d kv) × %d over [%d, %d]", p.Heads, p.KVHeads, hd, qt.rows, qt.cols))
+	}
+	if paged, plain := splitPaged(seqs); len(paged) > 0 {
+		b.attentionPaged(d, qt, paged, p)
+		seqs = plain
+	}
+	group := p.Heads / p.KVHeads
+	// Tasks are (sequence, kv head, block of rows): the q heads sharing a
+	// kv head are processed together, so each K/V row is read from memory
+	// once per group and reused from L1 for the other heads.
+	type task struct{ seq, kvHead, r0, r1 int }
+	var tasks []task
+	maxLen := 0
+	for si, s := range seqs {
+		c := s.KV.(*kvCache)
+		if c.heads != p.KVHeads || c.headDim != hd || c.n < s.Pos+s.N || s.Row+s.N > qt.rows {
+			panic(fmt.Sprintf("cpu: attention rows [%d,+%d) at position %d over cache %d×%d holding %d", s.Row, s.N, s.Pos, c.heads, c.headDim, c.n))
+		}
+		maxLen = max(maxLen, s.Pos+s.N)
+		for h := 0; h < p.KVHeads; h++ {
+			for r := 0; r < s.N; r += attnRows {
+				tasks = append(tasks, task{si, h, r, min(s.N, r+attnRows)})
+			}
+		}
+	}
+	b.parallel(len(tasks), 1, func(lo, hi, w int) {
+		// Each task is two GEMMs over the dimension-major cache
+		// (kernels.AttentionRows, owner: kernels).
+		buf := b.scratchBuf(w, kernels.AttentionScratch(attnRows, group, hd, maxLen))
+		for _, t := range tasks[lo:hi] {
+			s := seqs[t.seq]
+			c := s.KV.(*kvCache)
+			h0, row := t.kvHead*group, s.Row+t.r0
+			kernels.AttentionRows(d.data[row*d.cols+h0*hd:], d.cols, qt.data[row*qt.cols+h0*hd:], qt.cols,
+				t.r1-t.r0, group, hd, c.k[t.kvHead*hd*c.cap:], c.v[t.kvHead*hd*c.cap:], c.cap, s.Pos+t.r0, p.Scale, buf)
+		}
+	})
+}

@@ -1,0 +1,240 @@
+package cpu
+
+// The optional engine.DeltaNetOps and engine.MoEOps of the hybrid and MoE Qwen models,
+// on top of the reference maths in engine/deltanet and engine/moe.
+
+import (
+	"fmt"
+
+	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/engine/deltanet"
+	"github.com/macpool/macpool/engine/moe"
+)
+
+var (
+	_ engine.DeltaNetOps     = (*Backend)(nil)
+	_ engine.MoEOps          = (*Backend)(nil)
+	_ engine.TruncateChecker = (*deltaState)(nil)
+)
+
+// deltaState is a Gated DeltaNet layer's state for one sequence. Every update keeps the
+// state it starts from, so a failed forward pass can be undone (Truncate to the previous
+// length): the small conv state is copied, the delta-rule state is double-buffered (the
+// update reads rule and writes prevRule, then the two swap).
+type deltaState struct {
+	p          engine.DeltaNetParams
+	conv, rule []float32 // [K-1, ConvDim], [ValueHeads, KeyDim, ValueDim]
+	n          int
+	prevConv   []float32
+	prevRule   []float32
+	prevN      int // -1: no saved state
+}
+
+// NewDeltaNetState allocates a zero state.
+func (b *Backend) NewDeltaNetState(p engine.DeltaNetParams) (engine.DeltaNetState, error) {
+	d := dims(p)
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	if p.ConvKernel < 1 {
+		return nil, fmt.Errorf("linear_conv_kernel_dim %d must be positive", p.ConvKernel)
+	}
+	return &deltaState{
+		p:     p,
+		conv:  make([]float32, (p.ConvKernel-1)*p.ConvDim()),
+		rule:  make([]float32, d.StateSize()),
+		prevN: -1,
+	}, nil
+}
+
+func dims(p engine.DeltaNetParams) deltanet.Dims {
+	return deltanet.Dims{NumKeyHeads: p.KeyHeads, NumValueHeads: p.ValueHeads, KeyDim: p.KeyDim, ValueDim: p.ValueDim}
+}
+
+func (s *deltaState) Len() int { return s.n }
+
+// CanTruncate says whether Truncate(n) would succeed: n is the current length, 0, or the
+// length before the last update.
+func (s *deltaState) CanTruncate(n int) error {
+	if n == s.n || n == 0 || n == s.prevN {
+		return nil
+	}
+	return fmt.Errorf("recurrent state holds %d positions and cannot be truncated to %d (only to 0 or its length)", s.n, n)
+}
+
+func (s *deltaState) Truncate(n int) error {
+	switch {
+	case n == s.n:
+		return nil
+	case n == 0:
+		clear(s.conv)
+		clear(s.rule)
+		s.n, s.prevN = 0, -1
+		return nil
+	case n == s.prevN:
+		s.conv, s.prevConv = s.prevConv, s.conv
+		s.rule, s.prevRule = s.prevRule, s.rule
+		s.n, s.prevN = s.prevN, -1
+		return nil
+	}
+	return s.CanTruncate(n)
+}
+
+func (s *deltaState) Free() {
+	s.conv, s.rule, s.prevConv, s.prevRule, s.n, s.prevN = nil, nil, nil, nil, 0, -1
+}
+
+// begin starts an update: it copies the conv state aside and returns the delta-rule
+// buffers to read from and write to; commit finishes it.
+func (s *deltaState) begin() (from, to []float32) {
+	if s.prevConv == nil {
+		s.prevConv = make([]float32, len(s.conv))
+		s.prevRule = make([]float32, len(s.rule))
+	}
+	copy(s.prevConv, s.conv)
+	return s.rule, s.prevRule
+}
+
+// commit makes the buffer written by the update current and keeps the old one for undo.
+func (s *deltaState) commit(n int) {
+	s.rule, s.prevRule = s.prevRule, s.rule
+	s.prevN = s.n
+	s.n += n
+}
+
+// vector returns a weight's values as float32 (a view when decoded at upload).
+func (w *Weight) vector() []float32 {
+	if w.f32 != nil && len(w.f32) == w.rows*w.cols {
+		return w.f32
+	}
+	out := make([]float32, w.rows*w.cols)
+	for r := 0; r < w.rows; r++ {
+		copy(out[r*w.cols:], w.rowF32(r, out[r*w.cols:(r+1)*w.cols]))
+	}
+	return out
+}
+
+// GatedDeltaNet implements engine.DeltaNetOps. Sequences run one after the other; within
+// one, the conv is parallel over channels and the delta rule over value heads, on the
+// backend's workers.
+func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.DeltaNetWeights, seqs []engine.DeltaNetSeq, p engine.DeltaNetParams) {
+	d := dims(p)
+	C, K := p.ConvDim(), p.ConvKernel
+	kd, vd, nv := p.KeyHeads*p.KeyDim, p.ValueHeads*p.ValueDim, p.ValueHeads
+	o, x, zt, bb, aa := tt(dst), tt(qkv), tt(z), tt(bt), tt(at)
+	T := x.rows
+	if x.cols != C || o.cols != vd || zt.cols != vd || bb.cols != nv || aa.cols != nv ||
+		o.rows != T || zt.rows != T || bb.rows != T || aa.rows != T {
+		panic(fmt.Sprintf("cpu: gated deltanet shapes qkv [%d, %d] z [%d, %d] b [%d, %d] a [%d, %d] dst [%d, %d] for conv dim %d, value dim %d, %d value heads",
+			x.rows, x.cols, zt.rows, zt.cols, bb.rows, bb.cols, aa.rows, aa.cols, o.rows, o.cols, C, vd, nv))
+	}
+	cw, al, dt, nw := ww(w.Conv), ww(w.ALog), ww(w.DtBias), ww(w.Norm)
+	if cw.rows*cw.cols != C*K || al.rows*al.cols != nv || dt.rows*dt.cols != nv || nw.rows*nw.cols != p.ValueDim {
+		panic(fmt.Sprintf("cpu: gated deltanet weights conv [%d, %d] A_log %d dt_bias %d norm %d for conv dim %d kernel %d, %d value heads of %d",
+			cw.rows, cw.cols, al.rows*al.cols, dt.rows*dt.cols, nw.rows*nw.cols, C, K, nv, p.ValueDim))
+	}
+	conv, aLog, dtBias, norm := cw.vector(), al.vector(), dt.vector(), nw.vector()
+	run := b.runner()
+	for i, sq := range seqs {
+		st, ok := sq.State.(*deltaState)
+		if !ok {
+			panic(fmt.Sprintf("cpu: gated deltanet sequence %d: state is %T", i, sq.State))
+		}
+		if sq.Row < 0 || sq.N <= 0 || sq.Row+sq.N > T || st.n != sq.Pos || st.p != p {
+			panic(fmt.Sprintf("cpu: gated deltanet sequence %d: rows [%d, +%d) of %d, position %d, state holds %d", i, sq.Row, sq.N, T, sq.Pos, st.n))
+		}
+		from, to := st.begin()
+		// Long prompts go through in pieces of deltaPiece tokens: a multiple of the chunk
+		// size, so the result is the one of a single pass while the scratch stays bounded.
+		for p0 := 0; p0 < sq.N; p0 += deltaPiece {
+			n := min(deltaPiece, sq.N-p0)
+			r0 := sq.Row + p0
+			mixed := make([]float32, n*C)
+			deltanet.CausalConv1DOn(run, mixed, x.data[r0*C:(r0+n)*C], n, C, conv, K, st.conv)
+			in := deltanet.Inputs{T: n, Q: make([]float32, n*kd), K: make([]float32, n*kd), V: make([]float32, n*vd),
+				G: make([]float32, n*nv), Beta: make([]float32, n*nv)}
+			for t := 0; t < n; t++ {
+				row := mixed[t*C : (t+1)*C]
+				copy(in.Q[t*kd:(t+1)*kd], row[:kd])
+				copy(in.K[t*kd:(t+1)*kd], row[kd:2*kd])
+				copy(in.V[t*vd:(t+1)*vd], row[2*kd:])
+			}
+			deltanet.Gates(in.Beta, in.G, bb.data[r0*nv:(r0+n)*nv], aa.data[r0*nv:(r0+n)*nv], aLog, dtBias, n, nv)
+			out := o.data[r0*vd : (r0+n)*vd]
+			if sq.N > 1 {
+				deltanet.ChunkedInto(run, d, in, from, to, out)
+			} else {
+				deltanet.RecurrentInto(run, d, in, from, to, out)
+			}
+			from = to // later pieces continue in place
+			deltanet.GatedRMSNorm(out, out, zt.data[r0*vd:(r0+n)*vd], norm, n*nv, p.ValueDim, p.Eps)
+		}
+		st.commit(sq.N)
+	}
+}
+
+// deltaPiece is the most tokens of one sequence GatedDeltaNet processes at once.
+const deltaPiece = 16 * deltanet.ChunkSize
+
+// runner lets engine/deltanet spread its loops over the backend's workers.
+func (b *Backend) runner() deltanet.Runner {
+	return func(n, grain int, fn func(lo, hi int)) {
+		b.parallel(n, grain, func(lo, hi, _ int) { fn(lo, hi) })
+	}
+}
+
+// MoE implements engine.MoEOps: route every token, then run each chosen expert once over
+// all its tokens (in increasing expert order, as transformers does) and add the weighted
+// outputs; then the gated shared expert.
+func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEParams) {
+	o, xt := tt(dst), tt(x)
+	sameShape("moe", o, xt)
+	T, H := xt.rows, xt.cols
+	E := len(w.Experts)
+	if E == 0 || ww(w.Router).rows != E || p.TopK < 1 || p.TopK > E {
+		panic(fmt.Sprintf("cpu: moe with %d experts, router [%d, %d], top-k %d", E, ww(w.Router).rows, ww(w.Router).cols, p.TopK))
+	}
+	logits := b.NewTensor(T, E)
+	b.MatMul(logits, x, w.Router, nil)
+	r := moe.RouteBatch(tt(logits).data, T, E, p.TopK, p.Normalize)
+	b.Release(logits)
+
+	clear(o.data)
+	for _, as := range r.ByExpert(E) {
+		ex := w.Experts[as.Expert]
+		n, inter := len(as.Tokens), ww(ex.Gate).rows
+		xs := b.NewTensor(n, H)
+		b.Gather(xs, x, as.Tokens)
+		y := b.expert(xs, ex, n, inter, H)
+		yd := tt(y).data
+		for i, tok := range as.Tokens {
+			moe.Accumulate(o.row(tok), r.Weights[tok*r.K+as.Slots[i]], yd[i*H:(i+1)*H])
+		}
+		b.Release(xs)
+		b.Release(y)
+	}
+	if w.Shared != nil {
+		y := b.expert(x, *w.Shared, T, ww(w.Shared.Gate).rows, H)
+		g := b.NewTensor(T, 1)
+		b.MatMul(g, x, w.SharedGate, nil)
+		yd, gd := tt(y).data, tt(g).data
+		for t := 0; t < T; t++ {
+			moe.Accumulate(o.row(t), moe.SharedGate(gd[t]), yd[t*H:(t+1)*H])
+		}
+		b.Release(y)
+		b.Release(g)
+	}
+}
+
+// expert runs one SwiGLU MLP over the n rows of x and returns a new [n, H] tensor.
+func (b *Backend) expert(x engine.Tensor, e engine.Expert, n, inter, H int) engine.Tensor {
+	g, u := b.NewTensor(n, inter), b.NewTensor(n, inter)
+	b.MatMul(g, x, e.Gate, nil)
+	b.MatMul(u, x, e.Up, nil)
+	b.SwiGLU(g, g, u)
+	y := b.NewTensor(n, H)
+	b.MatMul(y, g, e.Down, nil)
+	b.Release(g)
+	b.Release(u)
+	return y
+}

@@ -1,0 +1,140 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/macpool/macpool/engine/tensor"
+)
+
+// MLX affine matrices (w = scale·q + bias per group of G columns, q of 4 or
+// 8 bits) multiply int8 activations as
+//
+//	Σ_k w_k·x_k ≈ Σ_blocks d_x·(scale·Σ q·xq + bias·Σ xq)
+//
+// (a block of 32 lies in one group): VPDPBUSD takes the unsigned codes as
+// they are. With AVX-512 VNNI they are repacked (Prepare) into groups of
+// 16 rows; per (row group, column group): 16 bf16 scales, 16 bf16 values
+// −bias/128 (exact: a power-of-two scaling), then G/32 blocks of codes in
+// the chunk layout of Q8_0 (8 bits) or Q4_0 (4 bits) without offsets.
+// Other machines, other bit widths and non-bf16 scales use the DecodeRow
+// fallback of the backend (ErrUnsupported).
+
+const packMLXHead = 64 // 16 bf16 scales + 16 bf16 −bias/128
+
+func mlxSupported(h *tensor.Host) bool {
+	return (h.Bits == 4 || h.Bits == 8) && h.GroupSize%QK == 0 && h.GroupSize > 0 &&
+		h.Scales != nil && h.Biases != nil && h.Scales.Format == tensor.BF16 && h.Biases.Format == tensor.BF16
+}
+
+func mlxBlockBytes(bits int) int { return packRows * QK * bits / 8 }
+
+// mlxGroupBytes is the packed size of one (row group, column group).
+func (m *Matrix) mlxGroupBytes() int { return packMLXHead + m.groupSize/QK*mlxBlockBytes(m.bits) }
+
+// prepareMLX repacks an MLX affine matrix (validated by the caller with
+// DecodeRow) for the VNNI kernels.
+func prepareMLX(h *tensor.Host, m *Matrix) error {
+	if !usePacked() || !mlxSupported(h) {
+		return fmt.Errorf("kernels: prepare %s: %w: MLX %d-bit group %d", h.Name, ErrUnsupported, h.Bits, h.GroupSize)
+	}
+	m.bits, m.groupSize, m.nb = h.Bits, h.GroupSize, m.Cols/QK
+	ngr := m.Cols / m.groupSize
+	groups := (m.Rows + packRows - 1) / packRows
+	gb := m.mlxGroupBytes()
+	m.data = make([]byte, groups*ngr*gb)
+	m.layout, m.copied = layoutPacked16, true
+	rowBytes := m.Cols * h.Bits / 8
+	if len(h.Data) != m.Rows*rowBytes || len(h.Scales.Data) != 2*m.Rows*ngr || len(h.Biases.Data) != 2*m.Rows*ngr {
+		return fmt.Errorf("kernels: prepare %s: MLX data sizes do not match shape %v", h.Name, h.Shape)
+	}
+	bb := mlxBlockBytes(h.Bits)
+	for r := 0; r < m.Rows; r++ {
+		g, lane := r/packRows, r%packRows
+		src := h.Data[r*rowBytes : (r+1)*rowBytes]
+		for cg := 0; cg < ngr; cg++ {
+			dst := m.data[(g*ngr+cg)*gb : (g*ngr+cg+1)*gb]
+			copy(dst[2*lane:], h.Scales.Data[2*(r*ngr+cg):2*(r*ngr+cg)+2])
+			bias := tensor.BF16ToF32(binary.LittleEndian.Uint16(h.Biases.Data[2*(r*ngr+cg):]))
+			binary.LittleEndian.PutUint16(dst[32+2*lane:], tensor.F32ToBF16(bias*(-1.0/128)))
+			for b := 0; b < m.groupSize/QK; b++ {
+				q := dst[packMLXHead+b*bb:]
+				for k := range QK {
+					col := cg*m.groupSize + b*QK + k
+					code := mlxCode(src, col, h.Bits)
+					if h.Bits == 8 {
+						q[k/4*packChunkLen+4*lane+k%4] = code
+						continue
+					}
+					j := k % 16
+					if k < 16 {
+						q[j/4*packChunkLen+4*lane+j%4] |= code
+					} else {
+						q[j/4*packChunkLen+4*lane+j%4] |= code << 4
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// mlxCode is the code of column col of a packed MLX row (4 or 8 bits).
+func mlxCode(row []byte, col, bits int) byte {
+	if bits == 8 {
+		return row[col]
+	}
+	return row[col/2] >> (4 * (col % 2)) & 0x0f
+}
+
+// unpackMLXRow decodes row r of a packed MLX matrix, with the values of
+// tensor.Host.DecodeRow: float32(scale*q) + bias.
+func (m *Matrix) unpackMLXRow(r int, dst []float32) {
+	ngr := m.Cols / m.groupSize
+	gb, bb := m.mlxGroupBytes(), mlxBlockBytes(m.bits)
+	g, lane := r/packRows, r%packRows
+	for cg := 0; cg < ngr; cg++ {
+		blk := m.data[(g*ngr+cg)*gb : (g*ngr+cg+1)*gb]
+		scale := tensor.BF16ToF32(binary.LittleEndian.Uint16(blk[2*lane:]))
+		bias := tensor.BF16ToF32(binary.LittleEndian.Uint16(blk[32+2*lane:])) * -128
+		for b := 0; b < m.groupSize/QK; b++ {
+			q := blk[packMLXHead+b*bb:]
+			for k := range QK {
+				var code byte
+				if m.bits == 8 {
+					code = q[k/4*packChunkLen+4*lane+k%4]
+				} else {
+					j := k % 16
+					code = q[j/4*packChunkLen+4*lane+j%4]
+					if k >= 16 {
+						code >>= 4
+					}
+					code &= 0x0f
+				}
+				dst[cg*m.groupSize+b*QK+k] = float32(scale*float32(code)) + bias
+			}
+		}
+	}
+}
+
+// dotMLXRowGo is the reference of the int8-activation MLX product for one
+// row of the original tensor: Σ_blocks d_x·(scale·Σ q·xq + bias·Σ xq).
+func dotMLXRowGo(h *tensor.Host, r int, q []int8, d []float32) float32 {
+	cols := h.Cols()
+	ngr := cols / h.GroupSize
+	row := h.Data[r*cols*h.Bits/8 : (r+1)*cols*h.Bits/8]
+	var s float32
+	for b := 0; b < cols/QK; b++ {
+		cg := b * QK / h.GroupSize
+		scale := tensor.BF16ToF32(binary.LittleEndian.Uint16(h.Scales.Data[2*(r*ngr+cg):]))
+		bias := tensor.BF16ToF32(binary.LittleEndian.Uint16(h.Biases.Data[2*(r*ngr+cg):]))
+		var sum, sx int32
+		for k := range QK {
+			xq := int32(q[b*QK+k])
+			sum += int32(mlxCode(row, b*QK+k, h.Bits)) * xq
+			sx += xq
+		}
+		s += d[b] * (scale*float32(sum) + bias*float32(sx))
+	}
+	return s
+}

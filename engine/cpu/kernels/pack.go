@@ -1,0 +1,171 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"unsafe"
+
+	"github.com/macpool/macpool/engine/tensor"
+)
+
+// The packed layout (AVX-512 VNNI) stores weight rows in groups of 16
+// (the last group padded with zero rows). Group g is nb consecutive blocks,
+// one per 32 columns; block b of group g is
+//
+//	16 × f16 scales d of rows 16g..16g+15, then the quants:
+//	Q8_0: 8 chunks of 64 bytes; chunk j, bytes 4r..4r+3 = w[16g+r, 32b+4j+i] + 128 (i < 4)
+//	Q4_0: 4 chunks of 64 bytes; chunk j, byte 4r+i = nibble of value 4j+i (low)
+//	      | nibble of value 4(j+4)+i (high), nibbles as stored (value+8)
+//
+// so that one 64-byte chunk multiplies 4 activation values (broadcast) with
+// 16 rows in one VPDPBUSD, whose unsigned operand is the weights: the
+// kernels correct for the +128 / +8 offset with the activation block sums
+// (Input.S128, Input.S8).
+const (
+	packRows     = 16
+	packScales   = 2 * packRows
+	packBlockQ8  = packScales + packRows*QK   // 544
+	packBlockQ4  = packScales + packRows*QK/2 // 288
+	packChunkLen = 64
+)
+
+func packBlockBytes(f tensor.Format) int {
+	if f == tensor.Q8_0 {
+		return packBlockQ8
+	}
+	return packBlockQ4
+}
+
+// pack converts rows×nb ggml blocks of format f to the packed layout.
+func pack(f tensor.Format, src []byte, rows, nb int) []byte {
+	groups := (rows + packRows - 1) / packRows
+	pb := packBlockBytes(f)
+	out := make([]byte, groups*nb*pb)
+	packInto(f, out, src, 0, rows, nb)
+	return out
+}
+
+// packInto writes ggml rows [r0, r0+n) (src holds those rows only, r0 a
+// multiple of 16) into the packed buffer out of the whole matrix. Rows of a
+// group that src does not cover stay zero (scale 0).
+func packInto(f tensor.Format, out, src []byte, r0, n, nb int) {
+	pb := packBlockBytes(f)
+	sb := BlockQ8_0
+	if f == tensor.Q4_0 {
+		sb = BlockQ4_0
+	}
+	for rr := 0; rr < n; rr++ {
+		r := r0 + rr
+		g, lane := r/packRows, r%packRows
+		for b := 0; b < nb; b++ {
+			blk := src[(rr*nb+b)*sb : (rr*nb+b+1)*sb]
+			dst := out[(g*nb+b)*pb : (g*nb+b+1)*pb]
+			dst[2*lane], dst[2*lane+1] = blk[0], blk[1]
+			q := dst[packScales:]
+			if f == tensor.Q8_0 {
+				for k := range QK {
+					j, i := k/4, k%4
+					q[j*packChunkLen+4*lane+i] = blk[2+k] ^ 0x80
+				}
+				continue
+			}
+			for k := range 16 {
+				j, i := k/4, k%4
+				lo, hi := nib4(blk, k), nib4(blk, k+16)
+				q[j*packChunkLen+4*lane+i] = lo | hi<<4
+			}
+		}
+	}
+	// Zero rows of a partial last group must decode to 0: Q8 quants at
+	// +128 offset read as 0 with scale 0 anyway, and Q4 too (scale 0).
+}
+
+// nib4 is the stored nibble (0..15) of value k of a ggml Q4_0 block.
+func nib4(blk []byte, k int) byte {
+	if k < 16 {
+		return blk[2+k] & 0x0f
+	}
+	return blk[2+k-16] >> 4
+}
+
+// unpackRow decodes row r of a packed matrix (the values of DequantQ8_0 /
+// DequantQ4_0 of the original blocks).
+func unpackRow(f tensor.Format, data []byte, r, nb int, dst []float32) {
+	pb := packBlockBytes(f)
+	g, lane := r/packRows, r%packRows
+	for b := 0; b < nb; b++ {
+		blk := data[(g*nb+b)*pb : (g*nb+b+1)*pb]
+		d := tensor.F16ToF32(binary.LittleEndian.Uint16(blk[2*lane:]))
+		q := blk[packScales:]
+		y := dst[b*QK : (b+1)*QK]
+		for k := range QK {
+			if f == tensor.Q8_0 {
+				y[k] = float32(int8(q[k/4*packChunkLen+4*lane+k%4]^0x80)) * d
+				continue
+			}
+			j := k % 16
+			v := q[j/4*packChunkLen+4*lane+j%4]
+			if k >= 16 {
+				v >>= 4
+			}
+			y[k] = float32(int(v&0x0f)-8) * d
+		}
+	}
+}
+
+// groupStride is the packed size of one group of 16 rows.
+func (m *Matrix) groupStride() int {
+	if m.Format == tensor.MLXAffine {
+		return m.Cols / m.groupSize * m.mlxGroupBytes()
+	}
+	return m.nb * packBlockBytes(m.Format)
+}
+
+// matmulPacked drives the packed kernels: weight groups in chunks that stay
+// in cache while every activation row passes over them, 4 rows at a time.
+func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
+	g0, g1 := n0/packRows, (n1+packRows-1)/packRows
+	full := n1 / packRows // groups whose 16 rows are all wanted
+	// Chunk of groups: ~128 KiB of weights.
+	gc := max(1, (128<<10)/m.groupStride())
+	var tmp [packRows * 4]float32
+	for c0 := g0; c0 < g1; c0 += gc {
+		c1 := min(g1, c0+gc)
+		i := 0
+		for ; i+4 <= in.M; i += 4 {
+			packedTile(m, dst, ldd, in, i, 4, c0, c1, full, tmp[:])
+		}
+		for ; i < in.M; i++ {
+			packedTile(m, dst, ldd, in, i, 1, c0, c1, full, tmp[:])
+		}
+	}
+}
+
+// packedTile runs the kernel for activation rows [i, i+cols) over weight
+// groups [c0, c1); a partial last group goes through tmp.
+func packedTile(m *Matrix, dst []float32, ldd int, in *Input, i, cols, c0, c1, full int, tmp []float32) {
+	gs := m.groupStride()
+	if end := min(c1, full); end > c0 {
+		packedKernel(m, cols, m.data[c0*gs:], end-c0, in, i, dst[i*ldd+c0*packRows:], ldd)
+	}
+	if c1 > full { // the last, partial group
+		g := c1 - 1
+		packedKernel(m, cols, m.data[g*gs:], 1, in, i, tmp, packRows)
+		rows := m.Rows - g*packRows
+		for c := 0; c < cols; c++ {
+			copy(dst[(i+c)*ldd+g*packRows:(i+c)*ldd+g*packRows+rows], tmp[c*packRows:c*packRows+rows])
+		}
+	}
+}
+
+// view reinterprets little-endian bytes as []T without copying, when the
+// host is little-endian and the data aligned.
+func view[T uint16 | float32](b []byte) ([]T, bool) {
+	var z T
+	size := int(unsafe.Sizeof(z))
+	if !littleEndian || len(b) == 0 || uintptr(unsafe.Pointer(&b[0]))%uintptr(size) != 0 {
+		return nil, false
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), len(b)/size), true
+}
+
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1

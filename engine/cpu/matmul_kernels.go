@@ -1,0 +1,84 @@
+package cpu
+
+// Glue to engine/cpu/kernels (owner: kernels): weights with a SIMD kernel
+// are prepared at upload (quantized ones repacked for AVX-512 VNNI) and
+// multiplied by kernels.Matrix.MatMul over ranges of weight rows, one range
+// per worker chunk; quantized weights first quantize the activation rows to
+// int8 blocks, in parallel.
+
+import (
+	"sync"
+
+	"github.com/macpool/macpool/engine/cpu/kernels"
+	"github.com/macpool/macpool/engine/tensor"
+)
+
+// uploadKernel prepares w.k for a matrix whose format has a kernel.
+// copied reports that the kernels hold their own copy of the data (packed
+// or quantized at load), so w no longer references h.
+func (b *Backend) uploadKernel(w *Weight, h *tensor.Host) (copied bool, err error) {
+	if q := b.quantize; q != 0 && quantizable(h) {
+		m, err := kernels.QuantizeMatrix(h, q)
+		if err != nil {
+			return false, err
+		}
+		w.k, w.format, w.host = m, q, nil
+		return true, nil
+	}
+	if len(h.Shape) != 2 || h.Rows() < 2 {
+		return false, nil // vectors: decoded to float32 by Upload
+	}
+	m, err := kernels.Prepare(h)
+	if err != nil {
+		return false, nil // no kernel: the DecodeRow path
+	}
+	w.k = m
+	if m.Copied() {
+		w.host = nil
+		return true, nil
+	}
+	return false, nil
+}
+
+// quantizable: float and k-quant matrices (no kernel of their own yet:
+// requantized from their exact row decoding) whose rows are whole blocks
+// of 32.
+func quantizable(h *tensor.Host) bool {
+	switch h.Format {
+	case tensor.F32, tensor.F16, tensor.BF16, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
+		return len(h.Shape) == 2 && h.Rows() > 1 && h.Cols()%32 == 0
+	}
+	return false
+}
+
+var inputs = sync.Pool{New: func() any { return new(kernels.Input) }}
+
+func (b *Backend) matmulKernels(d, xt *Tensor, wt *Weight, bv []float32) {
+	M, K, N := xt.rows, xt.cols, wt.rows
+	k := wt.k
+	in := inputs.Get().(*kernels.Input)
+	defer inputs.Put(in)
+	in.Reset(xt.data, M, K)
+	exact := b.exact && k.Quantized()
+	if k.Quantized() && !exact {
+		b.parallel(M, max(1, 8192/K), func(lo, hi, _ int) { in.QuantizeRows(lo, hi) })
+	}
+	align := k.RowAlign()
+	units := (N + align - 1) / align
+	b.parallel(units, max(1, 64/align), func(lo, hi, _ int) {
+		n0, n1 := lo*align, min(N, hi*align)
+		if exact {
+			k.MatMulExact(d.data, N, in, n0, n1)
+		} else {
+			k.MatMul(d.data, N, in, n0, n1)
+		}
+		if bv != nil {
+			for m := 0; m < M; m++ {
+				r := d.data[m*N : (m+1)*N]
+				for n := n0; n < n1; n++ {
+					r[n] += bv[n]
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,188 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/engine/cpu/kernels"
+)
+
+// elemGrain is the smallest number of rows worth a parallel split for
+// row-wise element ops, given the row length.
+func elemGrain(cols int) int { return max(1, 16384/max(cols, 1)) }
+
+func sameShape(op string, ts ...*Tensor) {
+	for _, t := range ts[1:] {
+		if t.rows != ts[0].rows || t.cols != ts[0].cols {
+			panic(fmt.Sprintf("cpu: %s: shape [%d, %d] vs [%d, %d]", op, t.rows, t.cols, ts[0].rows, ts[0].cols))
+		}
+	}
+}
+
+// Embed copies (decoding) rows of the table.
+func (b *Backend) Embed(dst engine.Tensor, table engine.Weight, ids []int) {
+	d, w := tt(dst), ww(table)
+	if d.rows != len(ids) || d.cols != w.cols {
+		panic(fmt.Sprintf("cpu: embed %d ids of width %d into [%d, %d]", len(ids), w.cols, d.rows, d.cols))
+	}
+	for _, id := range ids {
+		if id < 0 || id >= w.rows {
+			panic(fmt.Sprintf("cpu: embed id %d out of range [0,%d)", id, w.rows))
+		}
+	}
+	b.parallel(len(ids), elemGrain(d.cols), func(lo, hi, _ int) {
+		for r := lo; r < hi; r++ {
+			out := d.row(r)
+			src := w.rowF32(ids[r], out)
+			if &src[0] != &out[0] {
+				copy(out, src)
+			}
+		}
+	})
+}
+
+// RMSNorm normalises chunks of p.Dim values (sum of squares in float64).
+func (b *Backend) RMSNorm(dst, x engine.Tensor, w engine.Weight, p engine.NormParams) {
+	d, s, wt := tt(dst), tt(x), ww(w)
+	sameShape("rmsnorm", d, s)
+	if p.Dim <= 0 || s.cols%p.Dim != 0 || wt.rows*wt.cols != p.Dim || wt.f32 == nil {
+		panic(fmt.Sprintf("cpu: rmsnorm dim %d over %d columns with weight [%d, %d]", p.Dim, s.cols, wt.rows, wt.cols))
+	}
+	wv := wt.f32
+	b.parallel(s.rows, elemGrain(s.cols), func(lo, hi, _ int) {
+		for r := lo; r < hi; r++ {
+			in, out := s.row(r), d.row(r)
+			for c := 0; c < len(in); c += p.Dim {
+				rmsNorm(out[c:c+p.Dim], in[c:c+p.Dim], wv, p.Eps, p.Offset)
+			}
+		}
+	})
+}
+
+func rmsNorm(out, in, w []float32, eps, offset float32) {
+	var ss float64
+	for _, v := range in {
+		ss += float64(v) * float64(v)
+	}
+	inv := float32(1 / math.Sqrt(ss/float64(len(in))+float64(eps)))
+	w = w[:len(in)]
+	out = out[:len(in)]
+	for i, v := range in {
+		out[i] = (offset + w[i]) * (v * inv)
+	}
+}
+
+// Rope rotates the first RotaryDim values of every head, in the
+// rotate_half layout. Angles are computed the way HF does (float32 inverse
+// frequencies, float32 position×frequency product) so long positions round
+// the same way as the reference.
+func (b *Backend) Rope(x engine.Tensor, pos []int, p engine.RopeParams) {
+	t := tt(x)
+	if len(pos) != t.rows || p.Heads*p.HeadDim != t.cols || p.RotaryDim <= 0 || p.RotaryDim > p.HeadDim || p.RotaryDim%2 != 0 {
+		panic(fmt.Sprintf("cpu: rope %d heads × %d (rotary %d) over [%d, %d] with %d positions", p.Heads, p.HeadDim, p.RotaryDim, t.rows, t.cols, len(pos)))
+	}
+	half := p.RotaryDim / 2
+	invFreq := make([]float32, half)
+	for i := range invFreq {
+		e := float32(2*i) / float32(p.RotaryDim)
+		invFreq[i] = 1 / float32(math.Pow(p.Theta, float64(e)))
+	}
+	b.parallel(t.rows, elemGrain(t.cols), func(lo, hi, w int) {
+		cs := b.scratchBuf(w, 2*half)
+		cos, sin := cs[:half], cs[half:]
+		for r := lo; r < hi; r++ {
+			fp := float32(pos[r])
+			for i, f := range invFreq {
+				a := float64(fp * f)
+				cos[i] = float32(math.Cos(a))
+				sin[i] = float32(math.Sin(a))
+			}
+			row := t.row(r)
+			for h := 0; h < p.Heads; h++ {
+				v := row[h*p.HeadDim : h*p.HeadDim+p.RotaryDim]
+				x1, x2 := v[:half], v[half:]
+				for i := range half {
+					a, c := x1[i], x2[i]
+					x1[i] = a*cos[i] - c*sin[i]
+					x2[i] = c*cos[i] + a*sin[i]
+				}
+			}
+		}
+	})
+}
+
+// negExp sets dst[i] = exp(-x[i]) with the vectorised exp of
+// engine/cpu/kernels (within 2 ulp of math.Exp) and returns dst.
+func negExp(dst, x []float32) []float32 {
+	for i, v := range x {
+		dst[i] = -v
+	}
+	kernels.ExpSubF32(dst, 0)
+	return dst
+}
+
+// SwiGLU sets dst = silu(gate) * up.
+func (b *Backend) SwiGLU(dst, gate, up engine.Tensor) {
+	d, g, u := tt(dst), tt(gate), tt(up)
+	sameShape("swiglu", d, g, u)
+	b.parallel(len(d.data), 16384, func(lo, hi, w int) {
+		dd, gg, uu := d.data[lo:hi], g.data[lo:hi], u.data[lo:hi]
+		e := negExp(b.scratchBuf(w, hi-lo)[:hi-lo], gg)
+		for i, x := range gg {
+			dd[i] = x / (1 + e[i]) * uu[i]
+		}
+	})
+}
+
+// SigmoidMul sets dst = x * sigmoid(gate).
+func (b *Backend) SigmoidMul(dst, x, gate engine.Tensor) {
+	d, s, g := tt(dst), tt(x), tt(gate)
+	sameShape("sigmoidmul", d, s, g)
+	b.parallel(len(d.data), 16384, func(lo, hi, w int) {
+		dd, ss, gg := d.data[lo:hi], s.data[lo:hi], g.data[lo:hi]
+		e := negExp(b.scratchBuf(w, hi-lo)[:hi-lo], gg)
+		for i, v := range ss {
+			dd[i] = v / (1 + e[i])
+		}
+	})
+}
+
+// Add sets dst = a + b.
+func (b *Backend) Add(dst, a, c engine.Tensor) {
+	d, x, y := tt(dst), tt(a), tt(c)
+	sameShape("add", d, x, y)
+	b.parallel(len(d.data), 65536, func(lo, hi, _ int) {
+		dd, xx, yy := d.data[lo:hi], x.data[lo:hi], y.data[lo:hi]
+		for i := range dd {
+			dd[i] = xx[i] + yy[i]
+		}
+	})
+}
+
+// Copy copies a block of rows and columns.
+func (b *Backend) Copy(dst engine.Tensor, dstRow, dstCol int, src engine.Tensor, srcRow, srcCol, rows, cols int) {
+	d, s := tt(dst), tt(src)
+	if rows < 0 || cols < 0 || dstRow < 0 || dstCol < 0 || srcRow < 0 || srcCol < 0 ||
+		dstRow+rows > d.rows || dstCol+cols > d.cols || srcRow+rows > s.rows || srcCol+cols > s.cols {
+		panic(fmt.Sprintf("cpu: copy [%d:+%d, %d:+%d] of [%d, %d] to (%d, %d) of [%d, %d]",
+			srcRow, rows, srcCol, cols, s.rows, s.cols, dstRow, dstCol, d.rows, d.cols))
+	}
+	for r := 0; r < rows; r++ {
+		copy(d.data[(dstRow+r)*d.cols+dstCol:][:cols], s.data[(srcRow+r)*s.cols+srcCol:][:cols])
+	}
+}
+
+// Gather sets dst row i to src row rows[i].
+func (b *Backend) Gather(dst, src engine.Tensor, rows []int) {
+	d, s := tt(dst), tt(src)
+	if d.rows != len(rows) || d.cols != s.cols {
+		panic(fmt.Sprintf("cpu: gather %d rows of [%d, %d] into [%d, %d]", len(rows), s.rows, s.cols, d.rows, d.cols))
+	}
+	for i, r := range rows {
+		if r < 0 || r >= s.rows {
+			panic(fmt.Sprintf("cpu: gather row %d of %d", r, s.rows))
+		}
+		copy(d.row(i), s.row(r))
+	}
+}

@@ -1,0 +1,256 @@
+package cpu
+
+// Paged KV cache (engine.PagedKVOps) and recurrent-state snapshots
+// (engine.Snapshotter) for prefix caching; see engine/paged.go.
+
+import (
+	"fmt"
+
+	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/engine/cpu/kernels"
+)
+
+var (
+	_ engine.PagedKVOps  = (*Backend)(nil)
+	_ engine.Snapshotter = (*deltaState)(nil)
+)
+
+// kvBlocks is the block store of one attention layer. K is dimension-major
+// within a block (value x of kv head h at offset o is
+// k[(b*dim + h*headDim + x)*bs + o]) so scores are vector ops over
+// positions as in the contiguous cache; V is position-major within a block
+// (v[(b*bs + o)*dim + h*headDim + x]) so P·V is an accumulation over the
+// block's positions with the output in registers (8×32 GEMM tiles for
+// prefill, an axpy-sum for decode) instead of short dot products.
+type kvBlocks struct {
+	heads, headDim, dim, bs, blocks int
+	k, v                            []float32
+}
+
+// NewKVBlocks allocates a layer's block store (float32, zeroed lazily by
+// the OS: untouched blocks cost no resident memory).
+func (b *Backend) NewKVBlocks(kvHeads, headDim, blockSize, blocks int) (engine.KVBlocks, error) {
+	if kvHeads <= 0 || headDim <= 0 || blockSize <= 0 || blocks <= 0 {
+		return nil, fmt.Errorf("cpu: kv blocks: %d blocks of %d positions × %d heads × %d", blocks, blockSize, kvHeads, headDim)
+	}
+	dim := kvHeads * headDim
+	n := blocks * dim * blockSize
+	return &kvBlocks{heads: kvHeads, headDim: headDim, dim: dim, bs: blockSize, blocks: blocks,
+		k: make([]float32, n), v: make([]float32, n)}, nil
+}
+
+func (s *kvBlocks) View(t *engine.BlockTable) engine.KV { return &pagedKV{st: s, t: t} }
+
+func (s *kvBlocks) CopyBlock(dst, src int) {
+	w := s.dim * s.bs
+	copy(s.k[dst*w:(dst+1)*w], s.k[src*w:(src+1)*w])
+	copy(s.v[dst*w:(dst+1)*w], s.v[src*w:(src+1)*w])
+}
+
+func (s *kvBlocks) Free() { s.k, s.v = nil, nil }
+
+// block returns K of kv head h in block b (headDim rows of bs positions)
+// and V of block b from kv head h on (bs rows of stride dim).
+func (s *kvBlocks) block(b, h int) (k, v []float32) {
+	o := (b*s.dim + h*s.headDim) * s.bs
+	n := s.headDim * s.bs
+	vo := b*s.dim*s.bs + h*s.headDim
+	return s.k[o : o+n : o+n], s.v[vo : (b+1)*s.dim*s.bs]
+}
+
+// pagedKV is one sequence's view of a layer's blocks through its table.
+type pagedKV struct {
+	st *kvBlocks
+	t  *engine.BlockTable
+	n  int
+}
+
+func (c *pagedKV) Len() int     { return c.n }
+func (c *pagedKV) SetLen(n int) { c.n = n }
+func (c *pagedKV) Free()        { c.n = 0 }
+func (c *pagedKV) Truncate(n int) error {
+	if n < 0 || n > c.n {
+		return fmt.Errorf("kv cache: truncate to %d of %d positions", n, c.n)
+	}
+	c.n = n
+	return nil
+}
+
+// splitPaged separates paged sequences from contiguous ones.
+func splitPaged(seqs []engine.AttnSeq) (paged, plain []engine.AttnSeq) {
+	for _, s := range seqs {
+		if _, ok := s.KV.(*pagedKV); ok {
+			paged = append(paged, s)
+		} else {
+			plain = append(plain, s)
+		}
+	}
+	return paged, plain
+}
+
+func (b *Backend) storeKVPaged(kt, vt *Tensor, seqs []engine.AttnSeq) {
+	for _, s := range seqs {
+		c := s.KV.(*pagedKV)
+		st := c.st
+		if kt.cols != st.dim || s.Pos > c.n || s.Row < 0 || s.Row+s.N > kt.rows || (s.Pos+s.N+st.bs-1)/st.bs > len(c.t.Blocks) {
+			panic(fmt.Sprintf("cpu: storekv rows [%d,+%d) of [%d, %d] at position %d into paged cache of %d×%d holding %d in %d blocks",
+				s.Row, s.N, kt.rows, kt.cols, s.Pos, st.heads, st.headDim, c.n, len(c.t.Blocks)))
+		}
+		for i := 0; i < s.N; {
+			p := s.Pos + i
+			blk, o := c.t.Blocks[p/st.bs], p%st.bs
+			m := min(st.bs-o, s.N-i) // positions going into this block
+			base := blk * st.dim * st.bs
+			for r := 0; r < st.dim; r++ {
+				dk := st.k[base+r*st.bs+o : base+r*st.bs+o+m]
+				for j := range dk {
+					dk[j] = kt.data[(s.Row+i+j)*st.dim+r]
+				}
+			}
+			copy(st.v[base+o*st.dim:base+(o+m)*st.dim], vt.data[(s.Row+i)*st.dim:(s.Row+i+m)*st.dim])
+			i += m
+		}
+		c.n = s.Pos + s.N
+	}
+}
+
+// pagedRows is how many query rows of one kv-head group a paged attention
+// task handles: each K/V block is loaded once per task, so prefill wants
+// many (32 rows × group heads per GEMM).
+const pagedRows = 32
+
+// attentionPaged is Attention over paged caches: per task (sequence, kv
+// head, up to attnRows query rows), scores block by block (acc += Σ_x
+// q[x]·K[x][block], accumulator in registers), softmax over the row as the
+// contiguous path does, then the output block by block (dot of the
+// probabilities with each dimension's values).
+func (b *Backend) attentionPaged(d, qt *Tensor, seqs []engine.AttnSeq, p engine.AttnParams) {
+	hd := p.HeadDim
+	group := p.Heads / p.KVHeads
+	type task struct{ seq, kvHead, r0, r1 int }
+	var tasks []task
+	maxLen := 0
+	for si, s := range seqs {
+		c := s.KV.(*pagedKV)
+		if c.st.heads != p.KVHeads || c.st.headDim != hd || c.n < s.Pos+s.N || s.Row+s.N > qt.rows {
+			panic(fmt.Sprintf("cpu: attention rows [%d,+%d) at position %d over paged cache %d×%d holding %d", s.Row, s.N, s.Pos, c.st.heads, c.st.headDim, c.n))
+		}
+		maxLen = max(maxLen, s.Pos+s.N)
+		for h := 0; h < p.KVHeads; h++ {
+			for r := 0; r < s.N; r += pagedRows {
+				tasks = append(tasks, task{si, h, r, min(s.N, r+pagedRows)})
+			}
+		}
+	}
+	mMax := pagedRows * group
+	b.parallel(len(tasks), 1, func(lo, hi, w int) {
+		buf := b.scratchBuf(w, 3*mMax*hd+mMax*maxLen)
+		for _, t := range tasks[lo:hi] {
+			b.pagedTask(d, qt, seqs[t.seq], t.kvHead, t.r0, t.r1, group, p, buf)
+		}
+	})
+}
+
+// pagedTask is attention for query rows [r0, r1) of one sequence and the
+// group of q heads sharing kv head kvHead, as m = rows·group query vectors.
+// Prefill tasks (m ≥ 8) run two GEMMs per block (S = Q·K_block, O += P·V_blockᵀ,
+// AVX-512 tiles); decode tasks register-accumulated axpy-sums (scores over
+// the block's positions, output over its values).
+func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1, group int, p engine.AttnParams, buf []float32) {
+	c := s.KV.(*pagedKV)
+	st := c.st
+	hd, bs := p.HeadDim, st.bs
+	rows := r1 - r0
+	m, n := rows*group, s.Pos+r1
+	a := buf[:m*hd]
+	sc := buf[m*hd : m*hd+m*n]
+	o := buf[m*hd+m*n : 2*m*hd+m*n]
+	tmp := buf[2*m*hd+m*n : 3*m*hd+m*n]
+	h0 := kvHead * group
+	for r := range rows {
+		row := s.Row + r0 + r
+		for g := range group {
+			src := qt.data[row*qt.cols+(h0+g)*hd : row*qt.cols+(h0+g+1)*hd]
+			dst := a[(r*group+g)*hd : (r*group+g+1)*hd]
+			for x, v := range src {
+				dst[x] = v * p.Scale
+			}
+		}
+	}
+	valid := func(i int) int { return s.Pos + r0 + i/group + 1 } // keys query i sees
+	gemm := m >= 8
+	for bi := 0; bi*bs < n; bi++ {
+		kb, _ := st.block(c.t.Blocks[bi], kvHead)
+		L := min(bs, n-bi*bs)
+		if gemm {
+			kernels.GemmF32NN(sc[bi*bs:], n, a, hd, kb, bs, m, L, hd)
+			continue
+		}
+		for i := range m {
+			if v := valid(i); bi*bs < v {
+				seg := sc[i*n+bi*bs : i*n+bi*bs+min(L, v-bi*bs)]
+				clear(seg)
+				kernels.AxpysF32(seg, a[i*hd:(i+1)*hd], kb, bs, hd)
+			}
+		}
+	}
+	sums := make([]float32, m)
+	for i := range m {
+		v := valid(i)
+		row := sc[i*n : i*n+v]
+		sums[i] = kernels.ExpSubF32(row, kernels.MaxF32(row))
+		clear(sc[i*n+v : (i+1)*n])
+	}
+	clear(o)
+	for bi := 0; bi*bs < n; bi++ {
+		_, vb := st.block(c.t.Blocks[bi], kvHead)
+		L := min(bs, n-bi*bs)
+		if gemm {
+			kernels.GemmF32NN(tmp, hd, sc[bi*bs:], n, vb, st.dim, m, hd, L)
+			kernels.AxpyF32(o, 1, tmp)
+			continue
+		}
+		for i := range m {
+			if v := valid(i); bi*bs < v {
+				kernels.AxpysF32(o[i*hd:(i+1)*hd], sc[i*n+bi*bs:i*n+bi*bs+min(L, v-bi*bs)], vb, st.dim, min(L, v-bi*bs))
+			}
+		}
+	}
+	for r := range rows {
+		row := s.Row + r0 + r
+		for g := range group {
+			i := r*group + g
+			f := 1 / sums[i]
+			out := d.data[row*d.cols+(h0+g)*hd : row*d.cols+(h0+g+1)*hd]
+			for x, v := range o[i*hd : (i+1)*hd] {
+				out[x] = v * f
+			}
+		}
+	}
+}
+
+// deltaSnapshot is a copy of a Gated DeltaNet state.
+type deltaSnapshot struct {
+	conv, rule []float32
+	n          int
+}
+
+func (s *deltaSnapshot) Len() int     { return s.n }
+func (s *deltaSnapshot) Bytes() int64 { return int64(4 * (len(s.conv) + len(s.rule))) }
+
+// Snapshot copies the state (engine.Snapshotter).
+func (s *deltaState) Snapshot() engine.LayerSnapshot {
+	return &deltaSnapshot{conv: append([]float32(nil), s.conv...), rule: append([]float32(nil), s.rule...), n: s.n}
+}
+
+// Restore replaces the state with a snapshot of a state of the same shape.
+func (s *deltaState) Restore(ls engine.LayerSnapshot) error {
+	sn, ok := ls.(*deltaSnapshot)
+	if !ok || len(sn.conv) != len(s.conv) || len(sn.rule) != len(s.rule) {
+		return fmt.Errorf("restore recurrent state: snapshot %T does not fit", ls)
+	}
+	copy(s.conv, sn.conv)
+	copy(s.rule, sn.rule)
+	s.n, s.prevN = sn.n, -1
+	return nil
+}

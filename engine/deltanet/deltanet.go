@@ -1,0 +1,471 @@
+// Package deltanet is the reference maths of the Gated DeltaNet token mixer used by the
+// linear-attention layers of Qwen3-Next and Qwen3.5/3.6, on float32 slices: the causal
+// depthwise conv1d with its rolling state, the gated delta rule in recurrent (decode) and
+// chunked (prefill) form, and the gated RMSNorm. docs/hybrid-models.md gives the formulas
+// and where they come from (transformers 5.17 torch fallbacks).
+//
+// Layouts are token-major: a sequence of T tokens with C channels is x[t*C+c]. Head h of a
+// [T, heads*dim] slice occupies x[t*heads*dim + h*dim : ... + dim].
+package deltanet
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+)
+
+// ChunkSize is the chunk length of the chunked delta rule, as in transformers.
+const ChunkSize = 64
+
+// L2NormEps is the epsilon of the q/k L2 normalisation (use_qk_l2norm_in_kernel).
+const L2NormEps = 1e-6
+
+// Dims are the head counts and sizes of one Gated DeltaNet layer.
+type Dims struct {
+	NumKeyHeads   int // linear_num_key_heads
+	NumValueHeads int // linear_num_value_heads, a multiple of NumKeyHeads
+	KeyDim        int // linear_key_head_dim
+	ValueDim      int // linear_value_head_dim
+}
+
+// Validate reports dimensions the maths cannot handle.
+func (d Dims) Validate() error {
+	switch {
+	case d.NumKeyHeads <= 0:
+		return fmt.Errorf("linear_num_key_heads %d must be positive", d.NumKeyHeads)
+	case d.NumValueHeads <= 0:
+		return fmt.Errorf("linear_num_value_heads %d must be positive", d.NumValueHeads)
+	case d.NumValueHeads%d.NumKeyHeads != 0:
+		return fmt.Errorf("linear_num_value_heads %d must be a multiple of linear_num_key_heads %d", d.NumValueHeads, d.NumKeyHeads)
+	case d.KeyDim <= 0:
+		return fmt.Errorf("linear_key_head_dim %d must be positive", d.KeyDim)
+	case d.ValueDim <= 0:
+		return fmt.Errorf("linear_value_head_dim %d must be positive", d.ValueDim)
+	}
+	return nil
+}
+
+// StateSize is the number of floats of the delta-rule state of one sequence:
+// [NumValueHeads, KeyDim, ValueDim].
+func (d Dims) StateSize() int { return d.NumValueHeads * d.KeyDim * d.ValueDim }
+
+// ConvDim is the number of conv1d channels: q, k and v of all heads.
+func (d Dims) ConvDim() int { return 2*d.NumKeyHeads*d.KeyDim + d.NumValueHeads*d.ValueDim }
+
+func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
+
+// Sigmoid is 1/(1+exp(-x)) in float32.
+func Sigmoid(x float32) float32 { return 1 / (1 + float32(math.Exp(float64(-x)))) }
+
+// Softplus is torch.nn.functional.softplus with beta 1 and threshold 20.
+func Softplus(x float32) float32 {
+	if x > 20 {
+		return x
+	}
+	return float32(math.Log1p(math.Exp(float64(x))))
+}
+
+func softplus64(x float64) float64 {
+	if x > 20 {
+		return x
+	}
+	return math.Log1p(math.Exp(x))
+}
+
+// CausalConv1D applies the depthwise causal convolution with kernel K followed by SiLU to
+// a sequence x [T, C], writing out [T, C] (out must not alias x). w is [C, K] (the HF
+// conv1d weight [C, 1, K] squeezed); w[c*K+K-1] multiplies the current token. state is
+// [K-1, C], the K-1 inputs before x, oldest first (zeros for a new sequence); on return it
+// holds the last K-1 inputs of state++x.
+func CausalConv1D(out, x []float32, T, C int, w []float32, K int, state []float32) {
+	CausalConv1DOn(nil, out, x, T, C, w, K, state)
+}
+
+// CausalConv1DOn is CausalConv1D with channels spread by r.
+func CausalConv1DOn(r Runner, out, x []float32, T, C int, w []float32, K int, state []float32) {
+	if len(x) < T*C || len(out) < T*C || len(w) < C*K || len(state) < (K-1)*C {
+		panic("deltanet: CausalConv1D slice too short")
+	}
+	S := K - 1
+	// input returns token s of state++x, s in [-S, T).
+	at := func(s, c int) float32 {
+		if s < 0 {
+			return state[(s+S)*C+c]
+		}
+		return x[s*C+c]
+	}
+	r.run(C, max(1, 4096/max(T*K, 1)), func(c0, c1 int) {
+		for c := c0; c < c1; c++ {
+			wc := w[c*K : c*K+K]
+			for t := 0; t < T; t++ {
+				var acc float64
+				base := t - S
+				for j := 0; j < K; j++ {
+					acc += float64(wc[j]) * float64(at(base+j, c))
+				}
+				out[t*C+c] = float32(acc / (1 + math.Exp(-acc)))
+			}
+		}
+	})
+	// Roll the state: the new state is the last S tokens of state++x.
+	if S == 0 {
+		return
+	}
+	if T >= S {
+		copy(state[:S*C], x[(T-S)*C:T*C])
+		return
+	}
+	copy(state, state[T*C:S*C])
+	copy(state[(S-T)*C:S*C], x[:T*C])
+}
+
+// Gates computes beta = sigmoid(b) and g = -exp(aLog) * softplus(a + dtBias) for T tokens
+// of nv value heads: b, a, beta, g are [T, nv]; aLog and dtBias are [nv].
+func Gates(beta, g, b, a, aLog, dtBias []float32, T, nv int) {
+	for t := 0; t < T; t++ {
+		for h := 0; h < nv; h++ {
+			i := t*nv + h
+			beta[i] = Sigmoid(b[i])
+			g[i] = float32(-math.Exp(float64(aLog[h])) * softplus64(float64(a[i]+dtBias[h])))
+		}
+	}
+}
+
+// l2normScaled writes x * rsqrt(sum(x^2) + eps) * scale into dst.
+func l2normScaled(dst []float64, x []float32, scale float64) {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	inv := scale / math.Sqrt(ss+L2NormEps)
+	for i, v := range x {
+		dst[i] = float64(v) * inv
+	}
+}
+
+// Inputs of the gated delta rule for one sequence of T tokens. Q and K are raw (the rule
+// L2-normalises them per head and scales q by 1/sqrt(KeyDim), as transformers does with
+// use_qk_l2norm_in_kernel=True). Key head h/r serves value head h (r = NumValueHeads /
+// NumKeyHeads, torch repeat_interleave).
+type Inputs struct {
+	T    int
+	Q, K []float32 // [T, NumKeyHeads*KeyDim]
+	V    []float32 // [T, NumValueHeads*ValueDim]
+	G    []float32 // [T, NumValueHeads], log decay (<= 0)
+	Beta []float32 // [T, NumValueHeads]
+}
+
+func (in Inputs) check(d Dims, state, out []float32) {
+	kd, vd := d.NumKeyHeads*d.KeyDim, d.NumValueHeads*d.ValueDim
+	if len(in.Q) < in.T*kd || len(in.K) < in.T*kd || len(in.V) < in.T*vd ||
+		len(in.G) < in.T*d.NumValueHeads || len(in.Beta) < in.T*d.NumValueHeads ||
+		len(state) < d.StateSize() || len(out) < in.T*vd {
+		panic("deltanet: gated delta rule slice too short")
+	}
+}
+
+// headData is one worker's scratch: value head h's normalised q (scaled), k, and v, g,
+// beta gathered into contiguous float64 buffers, the float64 state, and the chunk
+// matrices.
+//
+// The rule runs in float64 and rounds to float32 only at its outputs and the stored state:
+// its output is later RMS-normalised per head, which amplifies rounding error when a
+// head's output is small (it happens in the fixtures: a head with mean square ~1e-6 at the
+// 1e-6 epsilon), so the extra precision keeps us within the reference's own rounding.
+type headData struct {
+	q, k, v, g, beta, S []float64
+	G, A, U, W, P       []float64
+}
+
+func gatherHead(d Dims, in Inputs, h int, hd *headData, state []float32) {
+	T, dk, dv := in.T, d.KeyDim, d.ValueDim
+	r := d.NumValueHeads / d.NumKeyHeads
+	kh := h / r
+	kd, vd, nv := d.NumKeyHeads*dk, d.NumValueHeads*dv, d.NumValueHeads
+	scale := 1 / math.Sqrt(float64(dk))
+	hd.q = grow(hd.q, T*dk)
+	hd.k = grow(hd.k, T*dk)
+	hd.v = grow(hd.v, T*dv)
+	hd.g = grow(hd.g, T)
+	hd.beta = grow(hd.beta, T)
+	for t := 0; t < T; t++ {
+		l2normScaled(hd.q[t*dk:(t+1)*dk], in.Q[t*kd+kh*dk:t*kd+(kh+1)*dk], scale)
+		l2normScaled(hd.k[t*dk:(t+1)*dk], in.K[t*kd+kh*dk:t*kd+(kh+1)*dk], 1)
+		for j, v := range in.V[t*vd+h*dv : t*vd+(h+1)*dv] {
+			hd.v[t*dv+j] = float64(v)
+		}
+		hd.g[t] = float64(in.G[t*nv+h])
+		hd.beta[t] = float64(in.Beta[t*nv+h])
+	}
+	hd.S = grow(hd.S, dk*dv)
+	for i, v := range state[h*dk*dv : (h+1)*dk*dv] {
+		hd.S[i] = float64(v)
+	}
+}
+
+func storeState(d Dims, h int, hd *headData, state []float32) {
+	n := d.KeyDim * d.ValueDim
+	for i, v := range hd.S[:n] {
+		state[h*n+i] = float32(v)
+	}
+}
+
+func grow(b []float64, n int) []float64 {
+	if cap(b) < n {
+		return make([]float64, n)
+	}
+	return b[:n]
+}
+
+// Recurrent runs the gated delta rule token by token (the decode form). state
+// [NumValueHeads, KeyDim, ValueDim] is read as the incoming state and overwritten with the
+// final one; out is [T, NumValueHeads*ValueDim].
+func Recurrent(d Dims, in Inputs, state, out []float32) { RecurrentOn(nil, d, in, state, out) }
+
+// RecurrentOn is Recurrent with value heads spread by r.
+func RecurrentOn(r Runner, d Dims, in Inputs, state, out []float32) {
+	RecurrentInto(r, d, in, state, state, out)
+}
+
+// RecurrentInto is RecurrentOn reading the incoming state from `from` and writing the
+// final one to `to` (which may be `from`), so a caller can keep the old state without
+// copying it.
+func RecurrentInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
+	in.check(d, from, out)
+	in.check(d, to, out)
+	forHeads(r, d.NumValueHeads, in.T*d.KeyDim*d.ValueDim, func(h int, hd *headData) {
+		gatherHead(d, in, h, hd, from)
+		recurrentHead(d, hd, in.T, out, h)
+		storeState(d, h, hd, to)
+	})
+}
+
+func recurrentHead(d Dims, hd *headData, T int, out []float32, h int) {
+	dk, dv := d.KeyDim, d.ValueDim
+	vd := d.NumValueHeads * dv
+	S := hd.S
+	hd.P = grow(hd.P, 2*dv)
+	delta, o := hd.P[:dv], hd.P[dv:2*dv]
+	for t := 0; t < T; t++ {
+		q, k, v := hd.q[t*dk:(t+1)*dk], hd.k[t*dk:(t+1)*dk], hd.v[t*dv:(t+1)*dv]
+		decay := math.Exp(hd.g[t])
+		beta := hd.beta[t]
+		clear(delta)
+		for i := 0; i < dk; i++ {
+			row := S[i*dv : (i+1)*dv]
+			ki := k[i]
+			for j := range row {
+				row[j] *= decay
+				delta[j] += row[j] * ki
+			}
+		}
+		for j := range delta {
+			delta[j] = (v[j] - delta[j]) * beta
+		}
+		clear(o)
+		for i := 0; i < dk; i++ {
+			row := S[i*dv : (i+1)*dv]
+			ki, qi := k[i], q[i]
+			for j := range row {
+				row[j] += ki * delta[j]
+				o[j] += row[j] * qi
+			}
+		}
+		dst := out[t*vd+h*dv : t*vd+(h+1)*dv]
+		for j, x := range o {
+			dst[j] = float32(x)
+		}
+	}
+}
+
+// Chunked runs the gated delta rule in chunks of ChunkSize tokens (the prefill form,
+// transformers' torch_chunk_gated_delta_rule). Same contract as Recurrent, and the same
+// result up to rounding.
+func Chunked(d Dims, in Inputs, state, out []float32) { ChunkedOn(nil, d, in, state, out) }
+
+// ChunkedOn is Chunked with value heads spread by r.
+func ChunkedOn(r Runner, d Dims, in Inputs, state, out []float32) {
+	ChunkedInto(r, d, in, state, state, out)
+}
+
+// ChunkedInto is ChunkedOn reading the incoming state from `from` and writing the final
+// one to `to` (which may be `from`).
+func ChunkedInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
+	in.check(d, from, out)
+	in.check(d, to, out)
+	forHeads(r, d.NumValueHeads, in.T*d.KeyDim*d.ValueDim, func(h int, hd *headData) {
+		gatherHead(d, in, h, hd, from)
+		chunkedHead(d, hd, in.T, out, h)
+		storeState(d, h, hd, to)
+	})
+}
+
+func chunkedHead(d Dims, hd *headData, T int, out []float32, h int) {
+	dk, dv := d.KeyDim, d.ValueDim
+	vd := d.NumValueHeads * dv
+	C := ChunkSize
+	S := hd.S
+	hd.G = grow(hd.G, C)
+	hd.A = grow(hd.A, C*C) // strictly lower: beta_i k_i.k_j exp(G_i-G_j)
+	hd.U = grow(hd.U, C*dv)
+	hd.W = grow(hd.W, C*dk)
+	hd.P = grow(hd.P, C+dv) // one row of the intra-chunk attention, one output row
+	G, A, U, W := hd.G, hd.A, hd.U, hd.W
+	P, o := hd.P[:C], hd.P[C:C+dv]
+	for c0 := 0; c0 < T; c0 += C {
+		L := min(C, T-c0)
+		q := hd.q[c0*dk : (c0+L)*dk]
+		k := hd.k[c0*dk : (c0+L)*dk]
+		v := hd.v[c0*dv : (c0+L)*dv]
+		beta := hd.beta[c0 : c0+L]
+		var acc float64
+		for i := 0; i < L; i++ {
+			acc += hd.g[c0+i]
+			G[i] = acc
+		}
+		// A and the right-hand sides beta*V, beta*exp(G)*K.
+		for i := 0; i < L; i++ {
+			ki := k[i*dk : (i+1)*dk]
+			for j := 0; j < i; j++ {
+				A[i*C+j] = beta[i] * dot(ki, k[j*dk:(j+1)*dk]) * math.Exp(G[i]-G[j])
+			}
+			eg := math.Exp(G[i])
+			for x := 0; x < dv; x++ {
+				U[i*dv+x] = beta[i] * v[i*dv+x]
+			}
+			for x := 0; x < dk; x++ {
+				W[i*dk+x] = beta[i] * eg * ki[x]
+			}
+		}
+		// Forward substitution: (I + A) U = beta V, (I + A) W = beta exp(G) K.
+		for i := 1; i < L; i++ {
+			ui, wi := U[i*dv:(i+1)*dv], W[i*dk:(i+1)*dk]
+			for j := 0; j < i; j++ {
+				a := A[i*C+j]
+				axpy(ui, -a, U[j*dv:(j+1)*dv])
+				axpy(wi, -a, W[j*dk:(j+1)*dk])
+			}
+		}
+		// Vn = U - W S (in place in U).
+		for i := 0; i < L; i++ {
+			ui, wi := U[i*dv:(i+1)*dv], W[i*dk:(i+1)*dk]
+			for x := 0; x < dk; x++ {
+				axpy(ui, -wi[x], S[x*dv:(x+1)*dv])
+			}
+		}
+		// O = (exp(G) Q) S + P Vn.
+		for i := 0; i < L; i++ {
+			clear(o)
+			qi := q[i*dk : (i+1)*dk]
+			eg := math.Exp(G[i])
+			for x := 0; x < dk; x++ {
+				axpy(o, eg*qi[x], S[x*dv:(x+1)*dv])
+			}
+			for j := 0; j <= i; j++ {
+				P[j] = dot(qi, k[j*dk:(j+1)*dk]) * math.Exp(G[i]-G[j])
+			}
+			for j := 0; j <= i; j++ {
+				axpy(o, P[j], U[j*dv:(j+1)*dv])
+			}
+			dst := out[(c0+i)*vd+h*dv : (c0+i)*vd+(h+1)*dv]
+			for x, val := range o {
+				dst[x] = float32(val)
+			}
+		}
+		// S' = exp(G_last) S + sum_i exp(G_last - G_i) k_i Vn_i^T.
+		gl := G[L-1]
+		el := math.Exp(gl)
+		for x := range S {
+			S[x] *= el
+		}
+		for i := 0; i < L; i++ {
+			e := math.Exp(gl - G[i])
+			ki, ui := k[i*dk:(i+1)*dk], U[i*dv:(i+1)*dv]
+			for x := 0; x < dk; x++ {
+				axpy(S[x*dv:(x+1)*dv], e*ki[x], ui)
+			}
+		}
+	}
+}
+
+func dot(a, b []float64) float64 {
+	b = b[:len(a)]
+	var s float64
+	for i, v := range a {
+		s += v * b[i]
+	}
+	return s
+}
+
+// axpy: y += a*x.
+func axpy(y []float64, a float64, x []float64) {
+	x = x[:len(y)]
+	for i := range y {
+		y[i] += a * x[i]
+	}
+}
+
+// GatedRMSNorm applies, for each of the n rows of width dim in x, y = w * rmsnorm(x) *
+// silu(z) (w not zero-centred), writing into out (which may alias x).
+func GatedRMSNorm(out, x, z, w []float32, n, dim int, eps float32) {
+	for r := 0; r < n; r++ {
+		xr, zr, or := x[r*dim:(r+1)*dim], z[r*dim:(r+1)*dim], out[r*dim:(r+1)*dim]
+		var ss float64
+		for _, v := range xr {
+			ss += float64(v) * float64(v)
+		}
+		inv := 1 / math.Sqrt(ss/float64(dim)+float64(eps))
+		for i, v := range xr {
+			or[i] = float32(float64(w[i]) * float64(v) * inv * float64(silu(zr[i])))
+		}
+	}
+}
+
+// Runner runs fn(lo, hi) over chunks of [0, n) of at least grain items, possibly in
+// parallel, and returns when all are done. A backend passes its own worker pool (see the
+// *On functions); nil means the package's default, goroutines up to GOMAXPROCS that are
+// all waited for before returning.
+type Runner func(n, grain int, fn func(lo, hi int))
+
+func (r Runner) run(n, grain int, fn func(lo, hi int)) {
+	if r == nil {
+		parallelFor(n, grain, fn)
+		return
+	}
+	r(n, grain, fn)
+}
+
+// forHeads runs fn for every head; each chunk of heads has its own scratch.
+func forHeads(r Runner, heads, work int, fn func(h int, hd *headData)) {
+	grain := heads
+	if heads*work >= 1<<14 {
+		grain = 1
+	}
+	r.run(heads, grain, func(lo, hi int) {
+		var hd headData
+		for h := lo; h < hi; h++ {
+			fn(h, &hd)
+		}
+	})
+}
+
+// parallelFor splits [0,n) into ranges of at least grain items over the cores.
+func parallelFor(n, grain int, fn func(lo, hi int)) {
+	workers := min(runtime.GOMAXPROCS(0), (n+grain-1)/grain)
+	if workers <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	step := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += step {
+		hi := min(lo+step, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,304 @@
+package deltanet
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func randn(r *rand.Rand, n int, scale float64) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * scale)
+	}
+	return x
+}
+
+func relL2(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	return math.Sqrt(num / den)
+}
+
+// randomInputs makes inputs with the statistics of a real layer: g from the Qwen gate
+// formula, beta in (0,1).
+func randomInputs(r *rand.Rand, d Dims, T int) Inputs {
+	nv := d.NumValueHeads
+	b, a := randn(r, T*nv, 1), randn(r, T*nv, 1)
+	aLog, dt := randn(r, nv, 1), randn(r, nv, 1)
+	in := Inputs{
+		T:    T,
+		Q:    randn(r, T*d.NumKeyHeads*d.KeyDim, 1),
+		K:    randn(r, T*d.NumKeyHeads*d.KeyDim, 1),
+		V:    randn(r, T*nv*d.ValueDim, 1),
+		G:    make([]float32, T*nv),
+		Beta: make([]float32, T*nv),
+	}
+	Gates(in.Beta, in.G, b, a, aLog, dt, T, nv)
+	return in
+}
+
+// reference64 is the recurrent form in float64, written straight from
+// torch_recurrent_gated_delta_rule.
+func reference64(d Dims, in Inputs, state []float32) (out, final []float64) {
+	dk, dv, nv := d.KeyDim, d.ValueDim, d.NumValueHeads
+	r := nv / d.NumKeyHeads
+	kd := d.NumKeyHeads * dk
+	S := make([]float64, len(state))
+	for i, v := range state {
+		S[i] = float64(v)
+	}
+	out = make([]float64, in.T*nv*dv)
+	norm := func(x []float32) []float64 {
+		var ss float64
+		for _, v := range x {
+			ss += float64(v) * float64(v)
+		}
+		y := make([]float64, len(x))
+		for i, v := range x {
+			y[i] = float64(v) / math.Sqrt(ss+L2NormEps)
+		}
+		return y
+	}
+	for t := 0; t < in.T; t++ {
+		for h := 0; h < nv; h++ {
+			kh := h / r
+			q := norm(in.Q[t*kd+kh*dk : t*kd+(kh+1)*dk])
+			k := norm(in.K[t*kd+kh*dk : t*kd+(kh+1)*dk])
+			for i := range q {
+				q[i] /= math.Sqrt(float64(dk))
+			}
+			Sh := S[h*dk*dv : (h+1)*dk*dv]
+			dec := math.Exp(float64(in.G[t*nv+h]))
+			for i := range Sh {
+				Sh[i] *= dec
+			}
+			for j := 0; j < dv; j++ {
+				var m float64
+				for i := 0; i < dk; i++ {
+					m += Sh[i*dv+j] * k[i]
+				}
+				delta := (float64(in.V[t*nv*dv+h*dv+j]) - m) * float64(in.Beta[t*nv+h])
+				var o float64
+				for i := 0; i < dk; i++ {
+					Sh[i*dv+j] += k[i] * delta
+					o += Sh[i*dv+j] * q[i]
+				}
+				out[t*nv*dv+h*dv+j] = o
+			}
+		}
+	}
+	return out, S
+}
+
+func to32(x []float64) []float32 {
+	y := make([]float32, len(x))
+	for i, v := range x {
+		y[i] = float32(v)
+	}
+	return y
+}
+
+// Tolerance of the float32 delta rule (either form) against the float64 reference, and of
+// the chunked form against the recurrent one, as relative L2 error.
+const ruleTol = 1e-6
+
+func TestGatedDeltaRuleChunkedMatchesRecurrent(t *testing.T) {
+	dims := []Dims{
+		{NumKeyHeads: 2, NumValueHeads: 4, KeyDim: 16, ValueDim: 16},
+		{NumKeyHeads: 1, NumValueHeads: 3, KeyDim: 32, ValueDim: 8},
+		{NumKeyHeads: 2, NumValueHeads: 2, KeyDim: 8, ValueDim: 24},
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	worst := map[string]float64{}
+	defer func() { t.Logf("max rel-L2: %v", worst) }()
+	for _, d := range dims {
+		for _, T := range []int{1, 2, 7, 63, 64, 65, 128, 150, 200} {
+			for _, withState := range []bool{false, true} {
+				in := randomInputs(r, d, T)
+				init := make([]float32, d.StateSize())
+				if withState {
+					init = randn(r, d.StateSize(), 0.5)
+				}
+				wantOut, wantState := reference64(d, in, init)
+
+				sRec := append([]float32(nil), init...)
+				oRec := make([]float32, T*d.NumValueHeads*d.ValueDim)
+				Recurrent(d, in, sRec, oRec)
+
+				sCh := append([]float32(nil), init...)
+				oCh := make([]float32, len(oRec))
+				Chunked(d, in, sCh, oCh)
+
+				errs := map[string]float64{
+					"recurrent out":   relL2(oRec, to32(wantOut)),
+					"recurrent state": relL2(sRec, to32(wantState)),
+					"chunked out":     relL2(oCh, to32(wantOut)),
+					"chunked state":   relL2(sCh, to32(wantState)),
+					"chunked vs rec":  relL2(oCh, oRec),
+					"state ch vs rec": relL2(sCh, sRec),
+				}
+				for name, e := range errs {
+					worst[name] = max(worst[name], e)
+					if !(e < ruleTol) {
+						t.Errorf("dims %+v T=%d state=%v: %s rel-L2 %.3g, want < %g", d, T, withState, name, e, ruleTol)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Prefill in pieces (chunked) then decode token by token equals one chunked pass.
+func TestGatedDeltaRuleSplit(t *testing.T) {
+	d := Dims{NumKeyHeads: 2, NumValueHeads: 4, KeyDim: 16, ValueDim: 16}
+	r := rand.New(rand.NewPCG(3, 4))
+	T := 100
+	in := randomInputs(r, d, T)
+	vd := d.NumValueHeads * d.ValueDim
+	whole := make([]float32, T*vd)
+	sWhole := make([]float32, d.StateSize())
+	Chunked(d, in, sWhole, whole)
+
+	parts := make([]float32, T*vd)
+	s := make([]float32, d.StateSize())
+	slice := func(t0, t1 int) Inputs {
+		kd, nv := d.NumKeyHeads*d.KeyDim, d.NumValueHeads
+		return Inputs{T: t1 - t0, Q: in.Q[t0*kd : t1*kd], K: in.K[t0*kd : t1*kd], V: in.V[t0*vd : t1*vd],
+			G: in.G[t0*nv : t1*nv], Beta: in.Beta[t0*nv : t1*nv]}
+	}
+	Chunked(d, slice(0, 70), s, parts[:70*vd])
+	for t0 := 70; t0 < T; t0++ {
+		Recurrent(d, slice(t0, t0+1), s, parts[t0*vd:(t0+1)*vd])
+	}
+	if e := relL2(parts, whole); e > ruleTol {
+		t.Errorf("split out rel-L2 %.3g, want < %g", e, ruleTol)
+	}
+	if e := relL2(s, sWhole); e > ruleTol {
+		t.Errorf("split state rel-L2 %.3g, want < %g", e, ruleTol)
+	}
+}
+
+func TestCausalConv1D(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, K := range []int{1, 2, 4} {
+		C, T := 300, 9
+		x := randn(r, T*C, 1)
+		w := randn(r, C*K, 1)
+		init := randn(r, (K-1)*C, 1)
+		// Direct formula on state++x.
+		full := append(append([]float32(nil), init...), x...)
+		want := make([]float32, T*C)
+		for tt := 0; tt < T; tt++ {
+			for c := 0; c < C; c++ {
+				var acc float64
+				for j := 0; j < K; j++ {
+					acc += float64(w[c*K+j]) * float64(full[(tt+j)*C+c])
+				}
+				want[tt*C+c] = float32(acc / (1 + math.Exp(-acc)))
+			}
+		}
+		// In pieces: 1, 1, 3, 4 tokens (pieces shorter and longer than K-1).
+		state := append([]float32(nil), init...)
+		got := make([]float32, T*C)
+		t0 := 0
+		for _, n := range []int{1, 1, 3, 4} {
+			CausalConv1D(got[t0*C:(t0+n)*C], x[t0*C:(t0+n)*C], n, C, w, K, state)
+			t0 += n
+		}
+		if e := relL2(got, want); e > 1e-6 {
+			t.Errorf("K=%d: conv rel-L2 %.3g, want < 1e-6", K, e)
+		}
+		wantState := full[len(full)-(K-1)*C:]
+		for i := range wantState {
+			if state[i] != wantState[i] {
+				t.Fatalf("K=%d: state[%d] = %g, want %g", K, i, state[i], wantState[i])
+			}
+		}
+	}
+}
+
+func TestGatedRMSNorm(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	n, dim := 5, 16
+	x, z, w := randn(r, n*dim, 2), randn(r, n*dim, 1), randn(r, dim, 1)
+	got := make([]float32, n*dim)
+	GatedRMSNorm(got, x, z, w, n, dim, 1e-6)
+	want := make([]float32, n*dim)
+	for i := 0; i < n; i++ {
+		var ss float64
+		for j := 0; j < dim; j++ {
+			ss += float64(x[i*dim+j]) * float64(x[i*dim+j])
+		}
+		inv := 1 / math.Sqrt(ss/float64(dim)+1e-6)
+		for j := 0; j < dim; j++ {
+			zz := float64(z[i*dim+j])
+			want[i*dim+j] = float32(float64(w[j]) * float64(x[i*dim+j]) * inv * zz / (1 + math.Exp(-zz)))
+		}
+	}
+	if e := relL2(got, want); e > 1e-6 {
+		t.Errorf("gated rmsnorm rel-L2 %.3g, want < 1e-6", e)
+	}
+}
+
+func TestGates(t *testing.T) {
+	beta, g := make([]float32, 2), make([]float32, 2)
+	Gates(beta, g, []float32{0, 2}, []float32{25, -1}, []float32{0.5, 0}, []float32{0, 1}, 1, 2)
+	wantG0 := -math.Exp(0.5) * 25 // softplus above threshold 20 is the identity
+	wantG1 := -1 * math.Log1p(math.Exp(0))
+	if math.Abs(float64(g[0])-wantG0) > 1e-4 || math.Abs(float64(g[1])-wantG1) > 1e-6 {
+		t.Errorf("g = %v, want [%g %g]", g, wantG0, wantG1)
+	}
+	if beta[0] != 0.5 || math.Abs(float64(beta[1])-1/(1+math.Exp(-2))) > 1e-7 {
+		t.Errorf("beta = %v", beta)
+	}
+}
+
+func BenchmarkChunked(b *testing.B) {
+	d := Dims{NumKeyHeads: 16, NumValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	r := rand.New(rand.NewPCG(1, 1))
+	in := randomInputs(r, d, 256)
+	s := make([]float32, d.StateSize())
+	out := make([]float32, in.T*d.NumValueHeads*d.ValueDim)
+	for b.Loop() {
+		Chunked(d, in, s, out)
+	}
+}
+
+func BenchmarkRecurrent(b *testing.B) {
+	d := Dims{NumKeyHeads: 16, NumValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	r := rand.New(rand.NewPCG(1, 1))
+	in := randomInputs(r, d, 1)
+	s := make([]float32, d.StateSize())
+	out := make([]float32, in.T*d.NumValueHeads*d.ValueDim)
+	for b.Loop() {
+		Recurrent(d, in, s, out)
+	}
+}
+
+// The Into forms leave the incoming state untouched and write what the in-place forms do.
+func TestIntoKeepsIncomingState(t *testing.T) {
+	d := Dims{NumKeyHeads: 2, NumValueHeads: 4, KeyDim: 8, ValueDim: 8}
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, T := range []int{1, 70} {
+		in := randomInputs(r, d, T)
+		init := randn(r, d.StateSize(), 0.5)
+		inPlace := append([]float32(nil), init...)
+		from, to := append([]float32(nil), init...), make([]float32, d.StateSize())
+		o1, o2 := make([]float32, T*d.NumValueHeads*d.ValueDim), make([]float32, T*d.NumValueHeads*d.ValueDim)
+		if T == 1 {
+			Recurrent(d, in, inPlace, o1)
+			RecurrentInto(nil, d, in, from, to, o2)
+		} else {
+			Chunked(d, in, inPlace, o1)
+			ChunkedInto(nil, d, in, from, to, o2)
+		}
+		if relL2(o2, o1) != 0 || relL2(to, inPlace) != 0 || relL2(from, init) != 0 {
+			t.Errorf("T=%d: Into differs from the in-place form or changed its input state", T)
+		}
+	}
+}

@@ -1,0 +1,411 @@
+package gguf
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"github.com/macpool/macpool/engine/tensor"
+)
+
+// Config is a model's architecture read from GGUF metadata, with the field
+// names and meanings of checkpoint.Config (which is built from it: this
+// package cannot import checkpoint, which imports it).
+type Config struct {
+	ModelType             string // qwen2, qwen3, qwen3_moe
+	HiddenSize            int
+	IntermediateSize      int
+	NumHiddenLayers       int
+	NumAttentionHeads     int
+	NumKeyValueHeads      int
+	HeadDim               int
+	VocabSize             int
+	MaxPositionEmbeddings int
+
+	RMSNormEps          float64
+	RopeTheta           float64
+	PartialRotaryFactor float64
+
+	TieWordEmbeddings bool
+	AttentionBias     bool
+	LayerTypes        []string
+
+	BOSTokenID  int // -1 if none
+	EOSTokenIDs []int
+
+	NumExperts                   int
+	NumExpertsPerTok             int
+	MoEIntermediateSize          int
+	SharedExpertIntermediateSize int
+	DecoderSparseStep            int
+	NormTopKProb                 bool
+	MLPOnlyLayers                []int
+}
+
+// architectures maps general.architecture to the Hugging Face model_type.
+// llama.cpp's converter writes these three with the Hugging Face tensors
+// unchanged apart from names and (for experts) stacking: it permutes Q/K only
+// for the llama family, and stores Qwen2/Qwen3 norms as-is (w, not 1+w).
+// Qwen3-Next and Qwen3.5 GGUFs (qwen3next, qwen35, qwen35moe) change the
+// stored values of several tensors (norms stored as 1+w, A_log, conv1d,
+// fused projections) and are refused rather than mapped on a guess.
+var architectures = map[string]string{
+	"qwen2":    "qwen2",
+	"qwen3":    "qwen3",
+	"qwen3moe": "qwen3_moe",
+}
+
+// hfRef locates a canonical tensor in the file: a directory entry and, for
+// one expert of a stacked tensor, its index (-1 otherwise).
+type hfRef struct {
+	info   int
+	expert int
+}
+
+// Architecture is general.architecture.
+func (f *File) Architecture() string { return f.arch }
+
+var (
+	blkName = regexp.MustCompile(`^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$`)
+
+	// Per-layer GGUF names → HF names (after "model.layers.N.").
+	layerNames = map[string]string{
+		"attn_norm":     "input_layernorm",
+		"ffn_norm":      "post_attention_layernorm",
+		"attn_q":        "self_attn.q_proj",
+		"attn_k":        "self_attn.k_proj",
+		"attn_v":        "self_attn.v_proj",
+		"attn_output":   "self_attn.o_proj",
+		"attn_q_norm":   "self_attn.q_norm",
+		"attn_k_norm":   "self_attn.k_norm",
+		"ffn_gate":      "mlp.gate_proj",
+		"ffn_up":        "mlp.up_proj",
+		"ffn_down":      "mlp.down_proj",
+		"ffn_gate_inp":  "mlp.gate",
+		"ffn_gate_exps": "gate_proj",
+		"ffn_up_exps":   "up_proj",
+		"ffn_down_exps": "down_proj",
+	}
+	globalNames = map[string]string{
+		"token_embd.weight":  "model.embed_tokens.weight",
+		"output_norm.weight": "model.norm.weight",
+		"output.weight":      "lm_head.weight",
+	}
+)
+
+// mapArchitecture fills the HF name index for supported architectures and
+// records why not otherwise.
+func (f *File) mapArchitecture() {
+	arch, ok := f.String("general.architecture")
+	f.arch = arch
+	if !ok {
+		f.archErr = fmt.Errorf("gguf %s: no general.architecture: %w", f.path, ErrUnsupportedArchitecture)
+		return
+	}
+	if _, ok := architectures[arch]; !ok {
+		f.archErr = fmt.Errorf("gguf %s: architecture %q (supported: qwen2, qwen3, qwen3moe): %w", f.path, arch, ErrUnsupportedArchitecture)
+		return
+	}
+	f.hf = make(map[string]hfRef, len(f.infos))
+	for i := range f.infos {
+		ti := &f.infos[i]
+		if hf, ok := globalNames[ti.Name]; ok {
+			f.hf[hf] = hfRef{i, -1}
+			continue
+		}
+		m := blkName.FindStringSubmatch(ti.Name)
+		if m == nil {
+			continue // e.g. rope_freqs: not a Hugging Face weight
+		}
+		part, ok := layerNames[m[2]]
+		if !ok {
+			continue
+		}
+		prefix := "model.layers." + m[1] + "."
+		switch m[2] {
+		case "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps":
+			if len(ti.Dims) != 3 {
+				continue // reported by Tensors/Config as missing
+			}
+			for e := 0; e < int(ti.Dims[2]); e++ {
+				f.hf[prefix+"mlp.experts."+strconv.Itoa(e)+"."+part+"."+m[3]] = hfRef{i, e}
+			}
+		default:
+			f.hf[prefix+part+"."+m[3]] = hfRef{i, -1}
+		}
+	}
+}
+
+// Names lists the canonical names of the tensors the file provides, sorted.
+func (f *File) Names() []string { return sortedKeys(f.hf) }
+
+// Has says whether the file provides the tensor with canonical name name.
+func (f *File) Has(name string) bool {
+	_, ok := f.hf[name]
+	return ok
+}
+
+// Source tells which directory entry serves the canonical tensor name, and
+// for one expert of a stacked tensor its index (-1 otherwise).
+func (f *File) Source(name string) (ggufName string, expert int, ok bool) {
+	ref, ok := f.hf[name]
+	if !ok {
+		return "", 0, false
+	}
+	return f.infos[ref.info].Name, ref.expert, true
+}
+
+// Tensor returns a tensor by canonical Hugging Face name with its logical
+// shape. One expert of a stacked tensor is a view of the stacked bytes.
+func (f *File) Tensor(name string) (*tensor.Host, error) {
+	if f.archErr != nil {
+		return nil, f.archErr
+	}
+	ref, ok := f.hf[name]
+	if !ok {
+		return nil, fmt.Errorf("gguf %s: no tensor %s", f.path, name)
+	}
+	ti := &f.infos[ref.info]
+	h, err := f.host(ti, name)
+	if err != nil || ref.expert < 0 {
+		return h, err
+	}
+	per := ti.Size / ti.Dims[2]
+	h.Shape = h.Shape[1:]
+	off := uint64(ref.expert) * per
+	h.Data = h.Data[off : off+per : off+per]
+	return h, nil
+}
+
+// Tensors returns every canonical tensor of the file (see Tensor).
+func (f *File) Tensors() (map[string]*tensor.Host, error) {
+	if f.archErr != nil {
+		return nil, f.archErr
+	}
+	out := make(map[string]*tensor.Host, len(f.hf))
+	for name := range f.hf {
+		h, err := f.Tensor(name)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = h
+	}
+	return out, nil
+}
+
+// Config maps the metadata of a qwen2, qwen3 or qwen3moe file to a Config
+// and checks that the tensors it implies are present with the right shapes.
+func (f *File) Config() (*Config, error) {
+	if f.archErr != nil {
+		return nil, f.archErr
+	}
+	if n, ok := f.Int("split.count"); ok && n > 1 {
+		return nil, fmt.Errorf("gguf %s: file is part of a split GGUF of %d files, which is not supported (merge them with llama-gguf-split --merge)", f.path, n)
+	}
+	a := f.arch
+	c := &Config{ModelType: architectures[a], PartialRotaryFactor: 1, BOSTokenID: -1}
+	var errs []string
+	req := func(key string) int {
+		v, ok := f.Int(a + "." + key)
+		if !ok || v <= 0 {
+			errs = append(errs, fmt.Sprintf("%s.%s missing or not a positive integer", a, key))
+		}
+		return v
+	}
+	opt := func(key string, def int) int {
+		if v, ok := f.Int(a + "." + key); ok {
+			return v
+		}
+		return def
+	}
+	c.HiddenSize = req("embedding_length")
+	c.NumHiddenLayers = req("block_count")
+	c.NumAttentionHeads = req("attention.head_count")
+	c.MaxPositionEmbeddings = opt("context_length", 0)
+	c.IntermediateSize = opt("feed_forward_length", 0)
+	c.NumKeyValueHeads = opt("attention.head_count_kv", c.NumAttentionHeads)
+	if c.NumAttentionHeads > 0 {
+		c.HeadDim = opt("attention.key_length", c.HiddenSize/c.NumAttentionHeads)
+	}
+	if v := opt("attention.value_length", c.HeadDim); v != c.HeadDim {
+		errs = append(errs, fmt.Sprintf("%s.attention.value_length %d differs from key_length %d", a, v, c.HeadDim))
+	}
+	if rd, ok := f.Int(a + ".rope.dimension_count"); ok && c.HeadDim > 0 {
+		c.PartialRotaryFactor = float64(rd) / float64(c.HeadDim)
+	}
+	var ok bool
+	if c.RMSNormEps, ok = f.Float(a + ".attention.layer_norm_rms_epsilon"); !ok {
+		errs = append(errs, a+".attention.layer_norm_rms_epsilon missing")
+	}
+	if c.RopeTheta, ok = f.Float(a + ".rope.freq_base"); !ok {
+		c.RopeTheta = 10000 // llama.cpp's default
+	}
+	if st, ok := f.String(a + ".rope.scaling.type"); ok && st != "none" && st != "" {
+		errs = append(errs, fmt.Sprintf("%s.rope.scaling.type %q is not supported", a, st))
+	}
+	if c.ModelType == "qwen3_moe" {
+		c.NumExperts = req("expert_count")
+		c.NumExpertsPerTok = req("expert_used_count")
+		c.MoEIntermediateSize = req("expert_feed_forward_length")
+		c.DecoderSparseStep = 1
+		c.NormTopKProb = true // llama.cpp's qwen3moe graph always renormalises the top-k weights
+		if v, ok := f.Bool(a + ".expert_weights_norm"); ok {
+			c.NormTopKProb = v
+		}
+	}
+	// Counts that size loops and allocations must be backed by tensors: every
+	// layer has several, every expert of every layer three views.
+	if c.NumHiddenLayers > len(f.infos) {
+		errs = append(errs, fmt.Sprintf("%s.block_count %d exceeds the %d tensors in the file", a, c.NumHiddenLayers, len(f.infos)))
+	}
+	if c.NumExperts > 0 && c.NumHiddenLayers > 0 && c.NumExperts > len(f.hf)/c.NumHiddenLayers {
+		errs = append(errs, fmt.Sprintf("%s.expert_count %d exceeds the expert tensors in the file", a, c.NumExperts))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("gguf %s: %s", f.path, joinErrs(errs))
+	}
+
+	emb, ok := f.Info("token_embd.weight")
+	if !ok || len(emb.Dims) != 2 {
+		return nil, fmt.Errorf("gguf %s: no 2-D token_embd.weight", f.path)
+	}
+	c.VocabSize = int(emb.Dims[1])
+	_, hasOut := f.Info("output.weight")
+	c.TieWordEmbeddings = !hasOut
+	_, c.AttentionBias = f.Info("blk.0.attn_q.bias")
+	c.LayerTypes = make([]string, c.NumHiddenLayers)
+	for i := range c.LayerTypes {
+		c.LayerTypes[i] = "full_attention"
+	}
+	if v, ok := f.Int("tokenizer.ggml.bos_token_id"); ok {
+		c.BOSTokenID = v
+	}
+	c.EOSTokenIDs = f.eosIDs()
+	if c.NumExperts > 0 {
+		for i := 0; i < c.NumHiddenLayers; i++ {
+			if _, ok := f.Info(fmt.Sprintf("blk.%d.ffn_gate_exps.weight", i)); !ok {
+				if _, dense := f.Info(fmt.Sprintf("blk.%d.ffn_gate.weight", i)); dense {
+					c.MLPOnlyLayers = append(c.MLPOnlyLayers, i)
+				}
+			}
+		}
+	}
+	if err := f.checkShapes(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// eosIDs are the ids that end generation: eos, then eot and eom if set.
+func (f *File) eosIDs() []int {
+	var ids []int
+	for _, k := range []string{"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
+		if v, ok := f.Int(k); ok && !slices.Contains(ids, v) {
+			ids = append(ids, v)
+		}
+	}
+	return ids
+}
+
+func joinErrs(errs []string) string {
+	s := errs[0]
+	for _, e := range errs[1:] {
+		s += "; " + e
+	}
+	return s
+}
+
+// checkShapes verifies that every weight the config implies is present with
+// the logical shape the engine expects, so a wrong file fails at open and
+// not in the middle of a forward pass.
+func (f *File) checkShapes(c *Config) error {
+	h, q, kv := c.HiddenSize, c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
+	want := map[string][]int{
+		"model.embed_tokens.weight": {c.VocabSize, h},
+		"model.norm.weight":         {h},
+	}
+	if !c.TieWordEmbeddings {
+		want["lm_head.weight"] = []int{c.VocabSize, h}
+	}
+	for i := 0; i < c.NumHiddenLayers; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		want[p+"input_layernorm.weight"] = []int{h}
+		want[p+"post_attention_layernorm.weight"] = []int{h}
+		want[p+"self_attn.q_proj.weight"] = []int{q, h}
+		want[p+"self_attn.k_proj.weight"] = []int{kv, h}
+		want[p+"self_attn.v_proj.weight"] = []int{kv, h}
+		want[p+"self_attn.o_proj.weight"] = []int{h, q}
+		if c.AttentionBias {
+			want[p+"self_attn.q_proj.bias"] = []int{q}
+			want[p+"self_attn.k_proj.bias"] = []int{kv}
+			want[p+"self_attn.v_proj.bias"] = []int{kv}
+		}
+		if c.ModelType != "qwen2" {
+			want[p+"self_attn.q_norm.weight"] = []int{c.HeadDim}
+			want[p+"self_attn.k_norm.weight"] = []int{c.HeadDim}
+		}
+		if c.NumExperts > 0 && !slices.Contains(c.MLPOnlyLayers, i) {
+			m := c.MoEIntermediateSize
+			want[p+"mlp.gate.weight"] = []int{c.NumExperts, h}
+			for e := 0; e < c.NumExperts; e++ {
+				pe := fmt.Sprintf("%smlp.experts.%d.", p, e)
+				want[pe+"gate_proj.weight"] = []int{m, h}
+				want[pe+"up_proj.weight"] = []int{m, h}
+				want[pe+"down_proj.weight"] = []int{h, m}
+			}
+		} else {
+			m := c.IntermediateSize
+			want[p+"mlp.gate_proj.weight"] = []int{m, h}
+			want[p+"mlp.up_proj.weight"] = []int{m, h}
+			want[p+"mlp.down_proj.weight"] = []int{h, m}
+		}
+	}
+	for _, name := range sortedKeys(want) {
+		ref, ok := f.hf[name]
+		if !ok {
+			return fmt.Errorf("gguf %s: tensor %s (%s) is missing", f.path, name, ggufName(name))
+		}
+		ti := &f.infos[ref.info]
+		got := ti.Shape()
+		if ref.expert >= 0 {
+			got = got[1:]
+		}
+		if !slices.Equal(got, want[name]) {
+			return fmt.Errorf("gguf %s: tensor %s (%s) has shape %v, want %v", f.path, name, ti.Name, got, want[name])
+		}
+		if _, ok := ti.Type.Format(); !ok {
+			return fmt.Errorf("gguf %s: tensor %s (%s) has type %v, which the engine cannot decode", f.path, name, ti.Name, ti.Type)
+		}
+	}
+	return nil
+}
+
+// ggufName gives the GGUF spelling of a canonical name, for error messages.
+func ggufName(hf string) string {
+	for g, h := range globalNames {
+		if h == hf {
+			return g
+		}
+	}
+	var n int
+	var rest string
+	if _, err := fmt.Sscanf(hf, "model.layers.%d.%s", &n, &rest); err != nil {
+		return "?"
+	}
+	for g, h := range layerNames {
+		if rest == h+".weight" || rest == h+".bias" {
+			return fmt.Sprintf("blk.%d.%s.%s", n, g, rest[len(h)+1:])
+		}
+	}
+	var e int
+	var part string
+	if _, err := fmt.Sscanf(rest, "mlp.experts.%d.%s", &e, &part); err == nil {
+		for g, h := range layerNames {
+			if part == h+".weight" {
+				return fmt.Sprintf("blk.%d.%s.weight[%d]", n, g, e)
+			}
+		}
+	}
+	return "?"
+}

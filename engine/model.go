@@ -1,0 +1,386 @@
+// Package engine is the model-facing API of macpool's inference engine: the
+// Backend interface that compute backends implement (engine/cpu, later
+// metal), the registry of model architectures (engine/qwen registers its
+// model types), batched Forward over sequences that each own a Cache, and
+// the generation loop. See docs/engine.md for the design.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+
+	"github.com/macpool/macpool/engine/checkpoint"
+	"github.com/macpool/macpool/engine/tensor"
+)
+
+// Config is the model configuration as engine/checkpoint parses it.
+type Config = checkpoint.Config
+
+// Source is where an architecture binds its weights: an opened checkpoint
+// (canonical HF tensor names) or an in-memory set for tests and benchmarks.
+type Source interface {
+	Config() *Config
+	Tensor(name string) (*tensor.Host, error)
+	Has(name string) bool
+}
+
+// Batch is one forward pass as an architecture sees it. The new tokens of
+// all sequences are concatenated as rows; Seqs[i] covers rows
+// [Row, Row+N) at positions [Pos, Pos+N) of its own cache.
+type Batch struct {
+	Tokens    []int
+	Positions []int // absolute position of every row
+	Seqs      []BatchSeq
+	Outputs   []int // rows whose logits are wanted, in this order
+}
+
+// BatchSeq is one sequence of a Batch with its per-layer caches (as made by
+// Arch.NewCache).
+type BatchSeq struct {
+	Layers []LayerCache
+	Row    int
+	N      int
+	Pos    int
+}
+
+// Arch is a loaded model architecture bound to a backend.
+type Arch interface {
+	// NewCache allocates the per-layer state of one sequence.
+	NewCache() ([]LayerCache, error)
+	// Forward runs the batch and returns logits [len(b.Outputs), VocabSize].
+	// The caller releases the returned tensor.
+	Forward(b *Batch) (Tensor, error)
+	VocabSize() int
+	// Close releases the uploaded weights.
+	Close() error
+}
+
+// ArchFunc binds the weights of src on be.
+type ArchFunc func(be Backend, src Source) (Arch, error)
+
+// BackendFunc creates a backend from load options.
+type BackendFunc func(opts Options) (Backend, error)
+
+var (
+	regMu     sync.Mutex
+	archs     = map[string]ArchFunc{}
+	backends  = map[string]BackendFunc{}
+	errClosed = errors.New("engine: model closed")
+)
+
+// Register makes an architecture available by its config.json model_type.
+// It is meant for init functions and panics on a duplicate.
+func Register(modelType string, fn ArchFunc) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := archs[modelType]; dup {
+		panic("engine: duplicate architecture " + modelType)
+	}
+	archs[modelType] = fn
+}
+
+// RegisterBackend makes a backend available by name ("cpu"). It is meant
+// for init functions and panics on a duplicate.
+func RegisterBackend(name string, fn BackendFunc) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := backends[name]; dup {
+		panic("engine: duplicate backend " + name)
+	}
+	backends[name] = fn
+}
+
+func registered(m map[string]ArchFunc) []string {
+	var s []string
+	for k := range m {
+		s = append(s, k)
+	}
+	sort.Strings(s)
+	return s
+}
+
+// Options configure Load.
+type Options struct {
+	Backend string // registered backend name; "" means "cpu"
+	Threads int    // backend worker threads; 0 means runtime.NumCPU()
+	// Quantize converts float weight matrices at load: "" (keep), "q8"
+	// (Q8_0) or "q4" (Q4_0); see docs/notes/kernels.md.
+	Quantize string
+	// ExactMatMul multiplies quantized weights with float32 activations
+	// (exact up to rounding: matches the dequantized references to ~1e-6).
+	// The default quantizes activations to int8 per block of 32 for integer
+	// SIMD dot products, as llama.cpp does (logits within ~1e-2 rel-L2).
+	ExactMatMul bool
+}
+
+// Model is a loaded model: architecture + backend (+ the checkpoint it was
+// loaded from). Forward calls are serialised; batch sequences instead of
+// calling Forward concurrently.
+type Model struct {
+	mu      sync.Mutex
+	be      Backend
+	arch    Arch
+	cfg     *Config
+	closers []io.Closer
+	closed  bool
+}
+
+// Load opens the checkpoint in dir and binds it on a new backend.
+func Load(dir string, opts Options) (*Model, error) {
+	name := opts.Backend
+	if name == "" {
+		name = "cpu"
+	}
+	regMu.Lock()
+	bf := backends[name]
+	regMu.Unlock()
+	if bf == nil {
+		return nil, fmt.Errorf("load %s: backend %q not registered (import engine/%s)", dir, name, name)
+	}
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	be, err := bf(opts)
+	if err != nil {
+		ck.Close()
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	m, err := New(be, ck)
+	if err != nil {
+		be.Close()
+		ck.Close()
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	m.closers = append(m.closers, backendCloser{be}, ck)
+	return m, nil
+}
+
+type backendCloser struct{ Backend }
+
+func (b backendCloser) Close() error { return b.Backend.Close() }
+
+// New binds the weights of src on be. The caller keeps ownership of be and
+// src (Model.Close does not close them); Load is the usual entry point.
+func New(be Backend, src Source) (*Model, error) {
+	cfg := src.Config()
+	regMu.Lock()
+	fn := archs[cfg.ModelType]
+	known := registered(archs)
+	regMu.Unlock()
+	if fn == nil {
+		return nil, fmt.Errorf("model_type %q not supported (registered: %v)", cfg.ModelType, known)
+	}
+	arch, err := fn(be, src)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
+	}
+	return &Model{be: be, arch: arch, cfg: cfg}, nil
+}
+
+// Config is the model's configuration.
+func (m *Model) Config() *Config { return m.cfg }
+
+// VocabSize is the number of logits per position.
+func (m *Model) VocabSize() int { return m.arch.VocabSize() }
+
+// EOSTokenIDs are the end-of-sequence ids from config.json and
+// generation_config.json.
+func (m *Model) EOSTokenIDs() []int { return append([]int(nil), m.cfg.EOSTokenIDs...) }
+
+// Backend is the backend the model runs on.
+func (m *Model) Backend() Backend { return m.be }
+
+// Close releases weights, the backend and the checkpoint (those Load made).
+// Caches must not be used afterwards. Safe to call twice.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	errs := []error{m.arch.Close()}
+	for _, c := range m.closers {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Cache is the state of one sequence: a KV cache per attention layer (and
+// recurrent state per linear-attention layer) holding Len positions.
+// A Cache belongs to one goroutine at a time: do not Truncate or Free it
+// while a Forward that includes it runs.
+type Cache struct {
+	m      *Model
+	layers []LayerCache
+	n      int
+	freed  bool
+	paged  *pagedCache // nil: per-sequence KV caches (Backend.NewKV)
+}
+
+// NewCache allocates an empty cache for one sequence.
+func (m *Model) NewCache() (*Cache, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errClosed
+	}
+	layers, err := m.arch.NewCache()
+	if err != nil {
+		return nil, err
+	}
+	return &Cache{m: m, layers: layers}, nil
+}
+
+// Len is the number of positions the cache holds.
+func (c *Cache) Len() int { return c.n }
+
+// Truncate keeps the first n positions (prefix reuse, failover resume).
+func (c *Cache) Truncate(n int) error {
+	if n < 0 || n > c.n {
+		return fmt.Errorf("truncate cache to %d: cache holds %d positions", n, c.n)
+	}
+	for i, l := range c.layers {
+		if tc, ok := l.(TruncateChecker); ok {
+			if err := tc.CanTruncate(n); err != nil {
+				return fmt.Errorf("truncate cache layer %d to %d: %w", i, n, err)
+			}
+		}
+	}
+	if c.paged != nil {
+		if err := c.paged.truncate(n); err != nil {
+			return err
+		}
+	}
+	for i, l := range c.layers {
+		if err := l.Truncate(n); err != nil {
+			return fmt.Errorf("truncate cache layer %d to %d: %w", i, n, err)
+		}
+	}
+	c.n = n
+	return nil
+}
+
+// Free releases the cache's memory; safe to call twice.
+func (c *Cache) Free() {
+	if c.freed {
+		return
+	}
+	c.freed = true
+	for _, l := range c.layers {
+		l.Free()
+	}
+	if c.paged != nil {
+		c.paged.free()
+	}
+	c.layers = nil
+	c.n = 0
+}
+
+// Seq is one sequence of a Forward batch: its cache and its new tokens,
+// which take positions [Cache.Len(), Cache.Len()+len(Tokens)).
+type Seq struct {
+	Cache     *Cache
+	Tokens    []int
+	AllLogits bool // logits of every new token instead of only the last
+}
+
+// Forward appends each sequence's tokens to its cache in one batched pass
+// and returns, per sequence, row-major logits [n × VocabSize] with n = 1
+// (last token) or len(Tokens) (AllLogits). On error the caches are left as
+// they were before the call.
+func (m *Model) Forward(ctx context.Context, seqs []Seq) ([][]float32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	vocab := m.arch.VocabSize()
+	b := &Batch{Seqs: make([]BatchSeq, len(seqs))}
+	seen := make(map[*Cache]bool, len(seqs))
+	for i, s := range seqs {
+		switch {
+		case s.Cache == nil || s.Cache.freed:
+			return nil, fmt.Errorf("forward: sequence %d has no cache (nil or freed)", i)
+		case s.Cache.m != m:
+			return nil, fmt.Errorf("forward: sequence %d: cache belongs to another model", i)
+		case seen[s.Cache]:
+			return nil, fmt.Errorf("forward: sequence %d: cache used twice in one batch", i)
+		case len(s.Tokens) == 0:
+			return nil, fmt.Errorf("forward: sequence %d has no tokens", i)
+		}
+		seen[s.Cache] = true
+		for _, id := range s.Tokens {
+			if id < 0 || id >= vocab {
+				return nil, fmt.Errorf("forward: sequence %d: token id %d out of range [0,%d)", i, id, vocab)
+			}
+		}
+		row, pos := len(b.Tokens), s.Cache.n
+		b.Seqs[i] = BatchSeq{Layers: s.Cache.layers, Row: row, N: len(s.Tokens), Pos: pos}
+		b.Tokens = append(b.Tokens, s.Tokens...)
+		for j := range s.Tokens {
+			b.Positions = append(b.Positions, pos+j)
+		}
+		if s.AllLogits {
+			for j := range s.Tokens {
+				b.Outputs = append(b.Outputs, row+j)
+			}
+		} else {
+			b.Outputs = append(b.Outputs, row+len(s.Tokens)-1)
+		}
+	}
+
+	// Paged caches get their blocks before any op runs (ops cannot fail).
+	for i, s := range seqs {
+		if err := s.Cache.Reserve(len(s.Tokens)); err != nil {
+			for _, r := range seqs[:i] {
+				if r.Cache.paged != nil {
+					r.Cache.paged.trimBlocks(r.Cache.n)
+				}
+			}
+			return nil, fmt.Errorf("forward: sequence %d: %w", i, err)
+		}
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errClosed
+	}
+	logits, err := m.arch.Forward(b)
+	var flat []float32
+	if err == nil {
+		flat = make([]float32, len(b.Outputs)*vocab)
+		err = m.be.Read(logits, flat)
+		m.be.Release(logits)
+	}
+	if err != nil {
+		for i, s := range seqs {
+			for _, l := range b.Seqs[i].Layers {
+				l.Truncate(s.Cache.n) // undo partial writes; best effort
+			}
+			if s.Cache.paged != nil {
+				s.Cache.paged.trimBlocks(s.Cache.n)
+			}
+		}
+		return nil, fmt.Errorf("forward: %w", err)
+	}
+	out := make([][]float32, len(seqs))
+	off := 0
+	for i, s := range seqs {
+		n := 1
+		if s.AllLogits {
+			n = len(s.Tokens)
+		}
+		out[i] = flat[off*vocab : (off+n)*vocab : (off+n)*vocab]
+		off += n
+		s.Cache.n += len(s.Tokens)
+		if s.Cache.paged != nil {
+			s.Cache.paged.appended(s.Tokens)
+		}
+	}
+	return out, nil
+}

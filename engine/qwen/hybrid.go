@@ -1,0 +1,528 @@
+package qwen
+
+// The MoE and hybrid Qwen decoders: Qwen3-MoE (qwen3_moe), Qwen3-Next (qwen3_next),
+// Qwen3.5 (qwen3_5_text) and Qwen3.5/3.6-MoE (qwen3_5_moe_text); the multimodal
+// qwen3_5 / qwen3_5_moe checkpoints arrive here as their text model types. The maths and
+// its transformers sources: docs/hybrid-models.md. They need the backend's optional
+// engine.DeltaNetOps (linear-attention layers) and engine.MoEOps (sparse layers).
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/macpool/macpool/engine"
+)
+
+func init() {
+	for _, mt := range []string{"qwen3_moe", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"} {
+		engine.Register(mt, func(be engine.Backend, src engine.Source) (engine.Arch, error) {
+			return newHybrid(be, src)
+		})
+	}
+}
+
+// Hybrid is a Qwen decoder whose layers mix full attention and Gated DeltaNet token
+// mixers and dense and sparse MLPs.
+type Hybrid struct {
+	be  engine.Backend
+	dn  engine.DeltaNetOps // nil when no layer is linear
+	moe engine.MoEOps      // nil when no layer is sparse
+
+	Hidden, Heads, KVHeads, HeadDim, Vocab int
+	RotaryDim                              int
+	Eps                                    float32
+	Theta                                  float64
+	// NormOffset is 1 for the zero-centred (1+w) RMSNorms of Qwen3-Next and Qwen3.5
+	// (decoder, final and q/k norms), 0 for Qwen3-MoE.
+	NormOffset float32
+	// GatedAttention: q_proj yields a query and an output gate per head (Qwen3-Next/3.5).
+	GatedAttention bool
+	DeltaNet       engine.DeltaNetParams
+	MoE            engine.MoEParams
+
+	Embed  engine.Weight
+	Layers []HybridLayer
+	Norm   engine.Weight
+	LMHead engine.Weight
+
+	weights []engine.Weight
+}
+
+// HybridLayer is one decoder layer: exactly one of Attn / Linear, and one of MLP / Sparse.
+type HybridLayer struct {
+	InputNorm, PostAttnNorm engine.Weight
+	Attn                    *HybridAttention
+	Linear                  *LinearAttention
+	MLP                     *engine.Expert // dense SwiGLU MLP
+	Sparse                  *engine.MoEWeights
+}
+
+// HybridAttention is a full-attention layer (the gate half of Q only when the model's
+// GatedAttention is set).
+type HybridAttention struct {
+	Q, K, V, O   engine.Weight // Q: [heads*hd*(2 if gated), hidden]
+	QNorm, KNorm engine.Weight // [hd]
+}
+
+// LinearAttention is a Gated DeltaNet layer. Qwen3-Next stores the projections fused and
+// grouped per key head (QKVZ, BA); Qwen3.5 separately (QKV, Z, B, A).
+type LinearAttention struct {
+	QKVZ, BA     engine.Weight
+	QKV, Z, B, A engine.Weight
+	W            engine.DeltaNetWeights
+	Out          engine.Weight // [hidden, value_dim]
+}
+
+func newHybrid(be engine.Backend, src engine.Source) (*Hybrid, error) {
+	c := src.Config()
+	m := &Hybrid{
+		be:     be,
+		Hidden: c.HiddenSize, Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads,
+		HeadDim: c.HeadDim, Vocab: c.VocabSize,
+		Eps: float32(c.RMSNormEps), Theta: c.RopeTheta,
+		MoE: engine.MoEParams{TopK: c.NumExpertsPerTok, Normalize: c.NormTopKProb},
+		DeltaNet: engine.DeltaNetParams{
+			KeyHeads: c.LinearNumKeyHeads, ValueHeads: c.LinearNumValueHeads,
+			KeyDim: c.LinearKeyHeadDim, ValueDim: c.LinearValueHeadDim,
+			ConvKernel: c.LinearConvKernelDim, Eps: float32(c.RMSNormEps),
+		},
+	}
+	hybrid := c.ModelType != "qwen3_moe"
+	if hybrid {
+		m.NormOffset, m.GatedAttention = 1, true
+	}
+	if c.ModelType == "qwen3_5_moe_text" {
+		m.MoE.Normalize = true // its router always renormalises (no norm_topk_prob)
+	}
+	if m.KVHeads == 0 {
+		m.KVHeads = m.Heads
+	}
+	if m.HeadDim == 0 && m.Heads > 0 {
+		m.HeadDim = m.Hidden / m.Heads
+	}
+	prf := c.PartialRotaryFactor
+	if prf == 0 {
+		prf = 1
+	}
+	m.RotaryDim = int(float64(m.HeadDim) * prf) // int() truncation, as transformers
+	switch {
+	case m.Hidden <= 0 || m.Heads <= 0 || m.HeadDim <= 0 || m.Vocab <= 0 || c.NumHiddenLayers <= 0:
+		return nil, fmt.Errorf("config: hidden_size %d, num_attention_heads %d, head_dim %d, vocab_size %d, num_hidden_layers %d must all be positive",
+			m.Hidden, m.Heads, m.HeadDim, m.Vocab, c.NumHiddenLayers)
+	case m.Heads%m.KVHeads != 0:
+		return nil, fmt.Errorf("config: num_attention_heads %d must be a multiple of num_key_value_heads %d", m.Heads, m.KVHeads)
+	case m.RotaryDim <= 0 || m.RotaryDim%2 != 0 || m.RotaryDim > m.HeadDim:
+		return nil, fmt.Errorf("config: rotary dim %d (head_dim %d × partial_rotary_factor %g) must be even and in (0, head_dim]", m.RotaryDim, m.HeadDim, prf)
+	case m.Theta <= 0:
+		return nil, fmt.Errorf("config: rope_theta %g must be positive", m.Theta)
+	case len(c.LayerTypes) != c.NumHiddenLayers:
+		return nil, fmt.Errorf("config: field layer_types has %d entries, num_hidden_layers is %d", len(c.LayerTypes), c.NumHiddenLayers)
+	}
+	linear, sparse := false, false
+	for i, t := range c.LayerTypes {
+		switch t {
+		case "full_attention":
+		case "linear_attention":
+			if !hybrid {
+				return nil, fmt.Errorf("config: field layer_types[%d]: %q is not supported by model_type %s", i, t, c.ModelType)
+			}
+			linear = true
+		default:
+			return nil, fmt.Errorf("config: field layer_types[%d]: unknown layer type %q (want full_attention or linear_attention)", i, t)
+		}
+		if c.ModelType == "qwen3_5_text" {
+			continue // dense MLP on every layer
+		}
+		if c.ModelType == "qwen3_5_moe_text" || c.IsMoELayer(i) {
+			sparse = true
+		}
+	}
+	if linear {
+		dn, ok := be.(engine.DeltaNetOps)
+		if !ok {
+			return nil, fmt.Errorf("backend %s does not implement Gated DeltaNet (engine.DeltaNetOps)", be.Name())
+		}
+		m.dn = dn
+		p := m.DeltaNet
+		switch {
+		case p.KeyHeads <= 0 || p.ValueHeads <= 0 || p.KeyDim <= 0 || p.ValueDim <= 0 || p.ConvKernel <= 0:
+			return nil, fmt.Errorf("config: linear_num_key_heads %d, linear_num_value_heads %d, linear_key_head_dim %d, linear_value_head_dim %d, linear_conv_kernel_dim %d must all be positive",
+				p.KeyHeads, p.ValueHeads, p.KeyDim, p.ValueDim, p.ConvKernel)
+		case p.ValueHeads%p.KeyHeads != 0:
+			return nil, fmt.Errorf("config: field linear_num_value_heads %d must be a multiple of linear_num_key_heads %d", p.ValueHeads, p.KeyHeads)
+		}
+	}
+	if sparse {
+		mo, ok := be.(engine.MoEOps)
+		if !ok {
+			return nil, fmt.Errorf("backend %s does not implement MoE (engine.MoEOps)", be.Name())
+		}
+		m.moe = mo
+		switch {
+		case c.NumExperts <= 0:
+			return nil, fmt.Errorf("config: field num_experts %d must be positive", c.NumExperts)
+		case m.MoE.TopK <= 0 || m.MoE.TopK > c.NumExperts:
+			return nil, fmt.Errorf("config: field num_experts_per_tok %d must be in [1, num_experts %d]", m.MoE.TopK, c.NumExperts)
+		case c.MoEIntermediateSize <= 0:
+			return nil, fmt.Errorf("config: field moe_intermediate_size %d must be positive", c.MoEIntermediateSize)
+		}
+	}
+
+	b := &binder{be: be, src: src}
+	H, hd := m.Hidden, m.HeadDim
+	m.Embed = b.bind("model.embed_tokens.weight", m.Vocab, H)
+	m.Layers = make([]HybridLayer, c.NumHiddenLayers)
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		p := fmt.Sprintf("model.layers.%d.", i)
+		l.InputNorm = b.bind(p+"input_layernorm.weight", H)
+		l.PostAttnNorm = b.bind(p+"post_attention_layernorm.weight", H)
+		if c.LayerTypes[i] == "linear_attention" {
+			l.Linear = m.bindLinear(b, src, p+"linear_attn.")
+		} else {
+			qRows := m.Heads * hd
+			if m.GatedAttention {
+				qRows *= 2
+			}
+			l.Attn = &HybridAttention{
+				Q:     b.bind(p+"self_attn.q_proj.weight", qRows, H),
+				K:     b.bind(p+"self_attn.k_proj.weight", m.KVHeads*hd, H),
+				V:     b.bind(p+"self_attn.v_proj.weight", m.KVHeads*hd, H),
+				O:     b.bind(p+"self_attn.o_proj.weight", H, m.Heads*hd),
+				QNorm: b.bind(p+"self_attn.q_norm.weight", hd),
+				KNorm: b.bind(p+"self_attn.k_norm.weight", hd),
+			}
+		}
+		isSparse := c.ModelType == "qwen3_5_moe_text" || (c.ModelType != "qwen3_5_text" && c.IsMoELayer(i))
+		if isSparse {
+			l.Sparse = bindMoE(b, c, p+"mlp.")
+		} else {
+			l.MLP = bindMLP(b, p+"mlp.", c.IntermediateSize, H)
+		}
+	}
+	m.Norm = b.bind("model.norm.weight", H)
+	if c.TieWordEmbeddings && !src.Has("lm_head.weight") {
+		m.LMHead = m.Embed
+	} else {
+		m.LMHead = b.bind("lm_head.weight", m.Vocab, H)
+	}
+	m.weights = b.weights
+	if b.err == nil {
+		b.err = m.checkLinearLayout()
+	}
+	if b.err != nil {
+		m.Close()
+		return nil, b.err
+	}
+	return m, nil
+}
+
+// checkLinearLayout rejects checkpoints mixing fused (in_proj_qkvz) and separate
+// (in_proj_qkv) linear-attention projections: Forward shares scratch between layers.
+func (m *Hybrid) checkLinearLayout() error {
+	first := -1
+	for i, l := range m.Layers {
+		if l.Linear == nil {
+			continue
+		}
+		if first < 0 {
+			first = i
+		} else if (l.Linear.QKVZ != nil) != (m.Layers[first].Linear.QKVZ != nil) {
+			return fmt.Errorf("layers %d and %d: one has linear_attn.in_proj_qkvz, the other in_proj_qkv; mixed layouts are not supported", first, i)
+		}
+	}
+	return nil
+}
+
+func bindMLP(b *binder, p string, inter, H int) *engine.Expert {
+	if b.err == nil && inter <= 0 {
+		b.err = fmt.Errorf("config: intermediate size %d of %s must be positive", inter, p)
+	}
+	return &engine.Expert{
+		Gate: b.bind(p+"gate_proj.weight", inter, H),
+		Up:   b.bind(p+"up_proj.weight", inter, H),
+		Down: b.bind(p+"down_proj.weight", H, inter),
+	}
+}
+
+func bindMoE(b *binder, c *engine.Config, p string) *engine.MoEWeights {
+	H := c.HiddenSize
+	w := &engine.MoEWeights{Router: b.bind(p+"gate.weight", c.NumExperts, H)}
+	for e := 0; e < c.NumExperts; e++ {
+		w.Experts = append(w.Experts, *bindMLP(b, fmt.Sprintf("%sexperts.%d.", p, e), c.MoEIntermediateSize, H))
+	}
+	if c.SharedExpertIntermediateSize > 0 {
+		w.Shared = bindMLP(b, p+"shared_expert.", c.SharedExpertIntermediateSize, H)
+		w.SharedGate = b.bind(p+"shared_expert_gate.weight", 1, H)
+	}
+	return w
+}
+
+func (m *Hybrid) bindLinear(b *binder, src engine.Source, p string) *LinearAttention {
+	d := m.DeltaNet
+	H := m.Hidden
+	kd, vd, nv, C := d.KeyHeads*d.KeyDim, d.ValueHeads*d.ValueDim, d.ValueHeads, d.ConvDim()
+	l := &LinearAttention{}
+	if src.Has(p + "in_proj_qkvz.weight") {
+		l.QKVZ = b.bind(p+"in_proj_qkvz.weight", 2*kd+2*vd, H)
+		l.BA = b.bind(p+"in_proj_ba.weight", 2*nv, H)
+	} else {
+		l.QKV = b.bind(p+"in_proj_qkv.weight", C, H)
+		l.Z = b.bind(p+"in_proj_z.weight", vd, H)
+		l.B = b.bind(p+"in_proj_b.weight", nv, H)
+		l.A = b.bind(p+"in_proj_a.weight", nv, H)
+	}
+	l.W = engine.DeltaNetWeights{
+		Conv:   bindAs(b, p+"conv1d.weight", []int{C, 1, d.ConvKernel}, []int{C, d.ConvKernel}),
+		ALog:   b.bind(p+"A_log", nv),
+		DtBias: b.bind(p+"dt_bias", nv),
+		Norm:   b.bind(p+"norm.weight", d.ValueDim),
+	}
+	l.Out = b.bind(p+"out_proj.weight", H, vd)
+	return l
+}
+
+// bindAs uploads a tensor of shape `shape` viewed as shape `as` (same elements, same
+// order: dropping unit axes).
+func bindAs(b *binder, name string, shape, as []int) engine.Weight {
+	if b.err != nil {
+		return nil
+	}
+	h, err := b.src.Tensor(name)
+	if err != nil {
+		b.err = err
+		return nil
+	}
+	if !sameShape(h.Shape, shape) {
+		b.err = fmt.Errorf("tensor %s: shape %v, want %v", name, h.Shape, shape)
+		return nil
+	}
+	v := *h
+	v.Shape = as
+	w, err := b.be.Upload(&v)
+	if err != nil {
+		b.err = fmt.Errorf("tensor %s: %w", name, err)
+		return nil
+	}
+	b.weights = append(b.weights, w)
+	return w
+}
+
+// VocabSize is the number of logits per position.
+func (m *Hybrid) VocabSize() int { return m.Vocab }
+
+// Close releases the uploaded weights; safe to call twice.
+func (m *Hybrid) Close() error {
+	for _, w := range m.weights {
+		m.be.ReleaseWeight(w)
+	}
+	m.weights = nil
+	return nil
+}
+
+// NewCache makes a KV cache per full-attention layer and a recurrent state per
+// linear-attention layer.
+func (m *Hybrid) NewCache() ([]engine.LayerCache, error) {
+	return m.NewCacheKV(func(_, kvHeads, headDim int) (engine.KV, error) { return m.be.NewKV(kvHeads, headDim) })
+}
+
+// NewCacheKV is NewCache with the KV caches made by kv (engine.PagedArch).
+func (m *Hybrid) NewCacheKV(newKV func(layer, kvHeads, headDim int) (engine.KV, error)) ([]engine.LayerCache, error) {
+	out := make([]engine.LayerCache, len(m.Layers))
+	for i, l := range m.Layers {
+		var err error
+		if l.Linear != nil {
+			out[i], err = m.dn.NewDeltaNetState(m.DeltaNet)
+		} else {
+			out[i], err = newKV(i, m.KVHeads, m.HeadDim)
+		}
+		if err != nil {
+			for _, c := range out[:i] {
+				c.Free()
+			}
+			return nil, fmt.Errorf("layer %d cache: %w", i, err)
+		}
+	}
+	return out, nil
+}
+
+// Forward runs the decoder over all rows of the batch and returns the logits of the
+// output rows.
+func (m *Hybrid) Forward(bt *engine.Batch) (engine.Tensor, error) {
+	be := m.be
+	T := len(bt.Tokens)
+	H := m.Hidden
+	norm := engine.NormParams{Dim: H, Eps: m.Eps, Offset: m.NormOffset}
+
+	var temps []engine.Tensor
+	newT := func(rows, cols int) engine.Tensor {
+		t := be.NewTensor(rows, cols)
+		temps = append(temps, t)
+		return t
+	}
+	defer func() {
+		for _, t := range temps {
+			be.Release(t)
+		}
+	}()
+	x := newT(T, H)
+	be.Embed(x, m.Embed, bt.Tokens)
+	h, y := newT(T, H), newT(T, H)
+	var attn *attnScratch
+	var lin *linScratch
+	for li := range m.Layers {
+		l := &m.Layers[li]
+		be.RMSNorm(h, x, l.InputNorm, norm)
+		if l.Linear != nil {
+			if lin == nil {
+				lin = m.newLinScratch(newT, T, l.Linear.QKVZ != nil)
+			}
+			if err := m.linearAttention(lin, l.Linear, li, h, y, bt); err != nil {
+				return nil, err
+			}
+		} else {
+			if attn == nil {
+				attn = m.newAttnScratch(newT, T)
+			}
+			if err := m.attention(attn, l.Attn, li, h, y, bt); err != nil {
+				return nil, err
+			}
+		}
+		be.Add(x, x, y)
+
+		be.RMSNorm(h, x, l.PostAttnNorm, norm)
+		if l.Sparse != nil {
+			m.moe.MoE(y, h, l.Sparse, m.MoE)
+		} else {
+			inter := l.MLP.Gate.Rows()
+			gate, up := be.NewTensor(T, inter), be.NewTensor(T, inter)
+			be.MatMul(gate, h, l.MLP.Gate, nil)
+			be.MatMul(up, h, l.MLP.Up, nil)
+			be.SwiGLU(gate, gate, up)
+			be.MatMul(y, gate, l.MLP.Down, nil)
+			be.Release(gate)
+			be.Release(up)
+		}
+		be.Add(x, x, y)
+	}
+	sel := newT(len(bt.Outputs), H)
+	be.Gather(sel, x, bt.Outputs)
+	be.RMSNorm(sel, sel, m.Norm, norm)
+	logits := be.NewTensor(len(bt.Outputs), m.Vocab)
+	be.MatMul(logits, sel, m.LMHead, nil)
+	return logits, nil
+}
+
+type attnScratch struct {
+	qg, q, gate, k, v, a engine.Tensor
+	seqs                 []engine.AttnSeq
+}
+
+func (m *Hybrid) newAttnScratch(newT func(int, int) engine.Tensor, T int) *attnScratch {
+	qd, kvd := m.Heads*m.HeadDim, m.KVHeads*m.HeadDim
+	s := &attnScratch{q: newT(T, qd), k: newT(T, kvd), v: newT(T, kvd), a: newT(T, qd)}
+	if m.GatedAttention {
+		s.qg, s.gate = newT(T, 2*qd), newT(T, qd)
+	}
+	return s
+}
+
+// attention is the full-attention token mixer: y = o_proj(attn(h) [* sigmoid(gate)]).
+func (m *Hybrid) attention(s *attnScratch, l *HybridAttention, li int, h, y engine.Tensor, bt *engine.Batch) error {
+	be := m.be
+	T, hd := len(bt.Tokens), m.HeadDim
+	s.seqs = s.seqs[:0]
+	for i, sq := range bt.Seqs {
+		kv, ok := sq.Layers[li].(engine.KV)
+		if !ok {
+			return fmt.Errorf("layer %d: sequence %d cache is %T, not a KV cache", li, i, sq.Layers[li])
+		}
+		s.seqs = append(s.seqs, engine.AttnSeq{KV: kv, Row: sq.Row, N: sq.N, Pos: sq.Pos})
+	}
+	if m.GatedAttention {
+		// q_proj rows are [q_0 | gate_0 | q_1 | gate_1 | ...], head_dim each.
+		be.MatMul(s.qg, h, l.Q, nil)
+		for hh := 0; hh < m.Heads; hh++ {
+			be.Copy(s.q, 0, hh*hd, s.qg, 0, 2*hh*hd, T, hd)
+			be.Copy(s.gate, 0, hh*hd, s.qg, 0, (2*hh+1)*hd, T, hd)
+		}
+	} else {
+		be.MatMul(s.q, h, l.Q, nil)
+	}
+	be.MatMul(s.k, h, l.K, nil)
+	be.MatMul(s.v, h, l.V, nil)
+	headNorm := engine.NormParams{Dim: hd, Eps: m.Eps, Offset: m.NormOffset}
+	be.RMSNorm(s.q, s.q, l.QNorm, headNorm)
+	be.RMSNorm(s.k, s.k, l.KNorm, headNorm)
+	rope := engine.RopeParams{Heads: m.Heads, HeadDim: hd, RotaryDim: m.RotaryDim, Theta: m.Theta}
+	be.Rope(s.q, bt.Positions, rope)
+	rope.Heads = m.KVHeads
+	be.Rope(s.k, bt.Positions, rope)
+	be.StoreKV(s.k, s.v, s.seqs)
+	be.Attention(s.a, s.q, s.seqs, engine.AttnParams{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))})
+	if m.GatedAttention {
+		be.SigmoidMul(s.a, s.a, s.gate)
+	}
+	be.MatMul(y, s.a, l.O, nil)
+	return nil
+}
+
+type linScratch struct {
+	qkvz, ba, qkv, z, b, a, core engine.Tensor
+	seqs                         []engine.DeltaNetSeq
+}
+
+func (m *Hybrid) newLinScratch(newT func(int, int) engine.Tensor, T int, fused bool) *linScratch {
+	d := m.DeltaNet
+	kd, vd, nv := d.KeyHeads*d.KeyDim, d.ValueHeads*d.ValueDim, d.ValueHeads
+	s := &linScratch{qkv: newT(T, d.ConvDim()), z: newT(T, vd), b: newT(T, nv), a: newT(T, nv), core: newT(T, vd)}
+	if fused { // every linear layer of a checkpoint has the same layout
+		s.qkvz, s.ba = newT(T, 2*kd+2*vd), newT(T, 2*nv)
+	}
+	return s
+}
+
+// linearAttention is the Gated DeltaNet token mixer: y = out_proj(core(h)).
+func (m *Hybrid) linearAttention(s *linScratch, l *LinearAttention, li int, h, y engine.Tensor, bt *engine.Batch) error {
+	be := m.be
+	d := m.DeltaNet
+	T := len(bt.Tokens)
+	s.seqs = s.seqs[:0]
+	for i, sq := range bt.Seqs {
+		st, ok := sq.Layers[li].(engine.DeltaNetState)
+		if !ok {
+			return fmt.Errorf("layer %d: sequence %d cache is %T, not a Gated DeltaNet state", li, i, sq.Layers[li])
+		}
+		if st.Len() != sq.Pos {
+			return fmt.Errorf("layer %d: sequence %d recurrent state holds %d positions, batch starts at %d", li, i, st.Len(), sq.Pos)
+		}
+		s.seqs = append(s.seqs, engine.DeltaNetSeq{State: st, Row: sq.Row, N: sq.N, Pos: sq.Pos})
+	}
+	if l.QKVZ != nil {
+		// Qwen3-Next: per key head g the fused output is [q_g | k_g | v_g | z_g] (v_g, z_g
+		// hold the r = ValueHeads/KeyHeads value heads of the group), and BA is [b_g | a_g]
+		// per group; rearrange into the Qwen3.5 order [q all | k all | v all], z, b, a.
+		dk, dv, nk := d.KeyDim, d.ValueDim, d.KeyHeads
+		r := d.ValueHeads / nk
+		kd := nk * dk
+		gw := 2*dk + 2*r*dv
+		be.MatMul(s.qkvz, h, l.QKVZ, nil)
+		be.MatMul(s.ba, h, l.BA, nil)
+		for g := 0; g < nk; g++ {
+			be.Copy(s.qkv, 0, g*dk, s.qkvz, 0, g*gw, T, dk)
+			be.Copy(s.qkv, 0, kd+g*dk, s.qkvz, 0, g*gw+dk, T, dk)
+			be.Copy(s.qkv, 0, 2*kd+g*r*dv, s.qkvz, 0, g*gw+2*dk, T, r*dv)
+			be.Copy(s.z, 0, g*r*dv, s.qkvz, 0, g*gw+2*dk+r*dv, T, r*dv)
+			be.Copy(s.b, 0, g*r, s.ba, 0, g*2*r, T, r)
+			be.Copy(s.a, 0, g*r, s.ba, 0, g*2*r+r, T, r)
+		}
+	} else {
+		be.MatMul(s.qkv, h, l.QKV, nil)
+		be.MatMul(s.z, h, l.Z, nil)
+		be.MatMul(s.b, h, l.B, nil)
+		be.MatMul(s.a, h, l.A, nil)
+	}
+	m.dn.GatedDeltaNet(s.core, s.qkv, s.z, s.b, s.a, l.W, s.seqs, d)
+	be.MatMul(y, s.core, l.Out, nil)
+	return nil
+}

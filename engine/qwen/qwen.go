@@ -1,0 +1,268 @@
+// Package qwen holds the Qwen model architectures as plain structs with
+// typed weight fields, registered with the engine by config.json
+// model_type. This file: the dense decoders Qwen2 (QKV bias; also
+// Qwen2.5) and Qwen3 (per-head QK RMSNorm).
+package qwen
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/macpool/macpool/engine"
+)
+
+func init() {
+	engine.Register("qwen2", func(be engine.Backend, src engine.Source) (engine.Arch, error) {
+		return newDense(be, src, denseOptions{qkvBias: true})
+	})
+	engine.Register("qwen3", func(be engine.Backend, src engine.Source) (engine.Arch, error) {
+		return newDense(be, src, denseOptions{qkNorm: true, qkvBias: src.Config().AttentionBias})
+	})
+}
+
+type denseOptions struct {
+	qkvBias bool // Qwen2: q/k/v projections have biases
+	qkNorm  bool // Qwen3: RMSNorm over each q and k head before rotary
+}
+
+// Dense is a Qwen2/Qwen3 dense decoder.
+type Dense struct {
+	be   engine.Backend
+	opts denseOptions
+
+	Hidden, Heads, KVHeads, HeadDim, Intermediate, Vocab int
+	RotaryDim                                            int
+	Eps                                                  float32
+	Theta                                                float64
+
+	Embed  engine.Weight // [vocab, hidden]
+	Layers []DenseLayer
+	Norm   engine.Weight // [hidden]
+	LMHead engine.Weight // [vocab, hidden]; Embed when tie_word_embeddings
+
+	weights []engine.Weight // everything uploaded, for Close
+}
+
+// DenseLayer is one decoder layer.
+type DenseLayer struct {
+	InputNorm, PostAttnNorm engine.Weight // [hidden]
+	Q, K, V, O              engine.Weight // [heads*hd, hidden], [kv*hd, hidden] ×2, [hidden, heads*hd]
+	QBias, KBias, VBias     engine.Weight // Qwen2 only
+	QNorm, KNorm            engine.Weight // Qwen3 only, [hd]
+	Gate, Up, Down          engine.Weight // [inter, hidden] ×2, [hidden, inter]
+}
+
+// binder uploads tensors by canonical name, checking shapes; the first
+// error sticks and names the tensor and the expected shape.
+type binder struct {
+	be      engine.Backend
+	src     engine.Source
+	err     error
+	weights []engine.Weight
+}
+
+func (b *binder) bind(name string, shape ...int) engine.Weight {
+	if b.err != nil {
+		return nil
+	}
+	h, err := b.src.Tensor(name)
+	if err != nil {
+		b.err = err
+		return nil
+	}
+	if !sameShape(h.Shape, shape) {
+		b.err = fmt.Errorf("tensor %s: shape %v, want %v", name, h.Shape, shape)
+		return nil
+	}
+	w, err := b.be.Upload(h)
+	if err != nil {
+		b.err = fmt.Errorf("tensor %s: %w", name, err)
+		return nil
+	}
+	b.weights = append(b.weights, w)
+	return w
+}
+
+func sameShape(got, want []int) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func newDense(be engine.Backend, src engine.Source, opts denseOptions) (*Dense, error) {
+	c := src.Config()
+	m := &Dense{
+		be: be, opts: opts,
+		Hidden: c.HiddenSize, Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads,
+		HeadDim: c.HeadDim, Intermediate: c.IntermediateSize, Vocab: c.VocabSize,
+		Eps: float32(c.RMSNormEps), Theta: c.RopeTheta,
+	}
+	if m.KVHeads == 0 {
+		m.KVHeads = m.Heads
+	}
+	if m.HeadDim == 0 && m.Heads > 0 {
+		m.HeadDim = m.Hidden / m.Heads
+	}
+	prf := c.PartialRotaryFactor
+	if prf == 0 {
+		prf = 1
+	}
+	m.RotaryDim = int(math.Round(float64(m.HeadDim) * prf))
+	switch {
+	case m.Hidden <= 0 || m.Heads <= 0 || m.HeadDim <= 0 || m.Intermediate <= 0 || m.Vocab <= 0 || c.NumHiddenLayers <= 0:
+		return nil, fmt.Errorf("config: hidden_size %d, num_attention_heads %d, head_dim %d, intermediate_size %d, vocab_size %d, num_hidden_layers %d must all be positive",
+			m.Hidden, m.Heads, m.HeadDim, m.Intermediate, m.Vocab, c.NumHiddenLayers)
+	case m.Heads%m.KVHeads != 0:
+		return nil, fmt.Errorf("config: num_attention_heads %d must be a multiple of num_key_value_heads %d", m.Heads, m.KVHeads)
+	case m.RotaryDim <= 0 || m.RotaryDim%2 != 0 || m.RotaryDim > m.HeadDim:
+		return nil, fmt.Errorf("config: rotary dim %d (head_dim %d × partial_rotary_factor %g) must be even and in (0, head_dim]", m.RotaryDim, m.HeadDim, prf)
+	case m.Theta <= 0:
+		return nil, fmt.Errorf("config: rope_theta %g must be positive", m.Theta)
+	}
+	for i, t := range c.LayerTypes {
+		if t != "" && t != "full_attention" {
+			return nil, fmt.Errorf("config: layer %d has type %q; dense %s supports full_attention only", i, t, c.ModelType)
+		}
+	}
+
+	b := &binder{be: be, src: src}
+	H, qd, kvd := m.Hidden, m.Heads*m.HeadDim, m.KVHeads*m.HeadDim
+	m.Embed = b.bind("model.embed_tokens.weight", m.Vocab, H)
+	m.Layers = make([]DenseLayer, c.NumHiddenLayers)
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		p := fmt.Sprintf("model.layers.%d.", i)
+		l.InputNorm = b.bind(p+"input_layernorm.weight", H)
+		l.PostAttnNorm = b.bind(p+"post_attention_layernorm.weight", H)
+		l.Q = b.bind(p+"self_attn.q_proj.weight", qd, H)
+		l.K = b.bind(p+"self_attn.k_proj.weight", kvd, H)
+		l.V = b.bind(p+"self_attn.v_proj.weight", kvd, H)
+		l.O = b.bind(p+"self_attn.o_proj.weight", H, qd)
+		if opts.qkvBias {
+			l.QBias = b.bind(p+"self_attn.q_proj.bias", qd)
+			l.KBias = b.bind(p+"self_attn.k_proj.bias", kvd)
+			l.VBias = b.bind(p+"self_attn.v_proj.bias", kvd)
+		}
+		if opts.qkNorm {
+			l.QNorm = b.bind(p+"self_attn.q_norm.weight", m.HeadDim)
+			l.KNorm = b.bind(p+"self_attn.k_norm.weight", m.HeadDim)
+		}
+		l.Gate = b.bind(p+"mlp.gate_proj.weight", m.Intermediate, H)
+		l.Up = b.bind(p+"mlp.up_proj.weight", m.Intermediate, H)
+		l.Down = b.bind(p+"mlp.down_proj.weight", H, m.Intermediate)
+	}
+	m.Norm = b.bind("model.norm.weight", H)
+	if c.TieWordEmbeddings && !src.Has("lm_head.weight") {
+		m.LMHead = m.Embed
+	} else if src.Has("lm_head.weight") {
+		m.LMHead = b.bind("lm_head.weight", m.Vocab, H)
+	} // else a base-model checkpoint (Qwen3-Embedding): no logits, see embed.go
+	m.weights = b.weights
+	if b.err != nil {
+		m.Close()
+		return nil, b.err
+	}
+	return m, nil
+}
+
+// VocabSize is the number of logits per position.
+func (m *Dense) VocabSize() int { return m.Vocab }
+
+// Close releases the uploaded weights; safe to call twice.
+func (m *Dense) Close() error {
+	for _, w := range m.weights {
+		m.be.ReleaseWeight(w)
+	}
+	m.weights = nil
+	return nil
+}
+
+// NewCache makes one KV cache per layer.
+func (m *Dense) NewCache() ([]engine.LayerCache, error) {
+	return m.NewCacheKV(func(_, kvHeads, headDim int) (engine.KV, error) { return m.be.NewKV(kvHeads, headDim) })
+}
+
+// NewCacheKV is NewCache with the KV caches made by kv (engine.PagedArch).
+func (m *Dense) NewCacheKV(newKV func(layer, kvHeads, headDim int) (engine.KV, error)) ([]engine.LayerCache, error) {
+	out := make([]engine.LayerCache, len(m.Layers))
+	for i := range out {
+		kv, err := newKV(i, m.KVHeads, m.HeadDim)
+		if err != nil {
+			for _, c := range out[:i] {
+				c.Free()
+			}
+			return nil, err
+		}
+		out[i] = kv
+	}
+	return out, nil
+}
+
+// ForwardHidden runs the decoder over all rows of the batch and returns the
+// final-normed hidden states of the output rows (engine.HiddenArch);
+// Forward (embed.go) applies the LM head to them.
+func (m *Dense) ForwardHidden(bt *engine.Batch) (engine.Tensor, error) {
+	be := m.be
+	T := len(bt.Tokens)
+	H, qd, kvd := m.Hidden, m.Heads*m.HeadDim, m.KVHeads*m.HeadDim
+	seqs := make([]engine.AttnSeq, len(bt.Seqs))
+	attn := engine.AttnParams{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, Scale: float32(1 / math.Sqrt(float64(m.HeadDim)))}
+	rope := engine.RopeParams{HeadDim: m.HeadDim, RotaryDim: m.RotaryDim, Theta: m.Theta}
+	norm := engine.NormParams{Dim: H, Eps: m.Eps}
+	headNorm := engine.NormParams{Dim: m.HeadDim, Eps: m.Eps}
+
+	x := be.NewTensor(T, H)
+	be.Embed(x, m.Embed, bt.Tokens)
+	h := be.NewTensor(T, H)
+	q, k, v := be.NewTensor(T, qd), be.NewTensor(T, kvd), be.NewTensor(T, kvd)
+	a := be.NewTensor(T, qd)
+	gate, up := be.NewTensor(T, m.Intermediate), be.NewTensor(T, m.Intermediate)
+	defer func() {
+		for _, t := range []engine.Tensor{x, h, q, k, v, a, gate, up} {
+			be.Release(t)
+		}
+	}()
+	for li := range m.Layers {
+		l := &m.Layers[li]
+		for i, s := range bt.Seqs {
+			kv, ok := s.Layers[li].(engine.KV)
+			if !ok {
+				return nil, fmt.Errorf("layer %d: cache is %T, not a KV cache", li, s.Layers[li])
+			}
+			seqs[i] = engine.AttnSeq{KV: kv, Row: s.Row, N: s.N, Pos: s.Pos}
+		}
+		be.RMSNorm(h, x, l.InputNorm, norm)
+		be.MatMul(q, h, l.Q, l.QBias)
+		be.MatMul(k, h, l.K, l.KBias)
+		be.MatMul(v, h, l.V, l.VBias)
+		if m.opts.qkNorm {
+			be.RMSNorm(q, q, l.QNorm, headNorm)
+			be.RMSNorm(k, k, l.KNorm, headNorm)
+		}
+		rope.Heads = m.Heads
+		be.Rope(q, bt.Positions, rope)
+		rope.Heads = m.KVHeads
+		be.Rope(k, bt.Positions, rope)
+		be.StoreKV(k, v, seqs)
+		be.Attention(a, q, seqs, attn)
+		be.MatMul(h, a, l.O, nil)
+		be.Add(x, x, h)
+
+		be.RMSNorm(h, x, l.PostAttnNorm, norm)
+		be.MatMul(gate, h, l.Gate, nil)
+		be.MatMul(up, h, l.Up, nil)
+		be.SwiGLU(gate, gate, up)
+		be.MatMul(h, gate, l.Down, nil)
+		be.Add(x, x, h)
+	}
+	sel := be.NewTensor(len(bt.Outputs), H)
+	be.Gather(sel, x, bt.Outputs)
+	be.RMSNorm(sel, sel, m.Norm, norm)
+	return sel, nil
+}

@@ -1,0 +1,114 @@
+package metal
+
+import (
+	"fmt"
+
+	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/metal/gpu"
+)
+
+// kvCache is one layer's K and V for one sequence: two float32 device
+// buffers, position-major [cap, kvHeads*headDim], growing by doubling (the
+// copy of the old contents is a dispatch, so growth needs no sync). A paged
+// pool with block tables is the next step (docs/notes/metal.md).
+type kvCache struct {
+	b        *Backend
+	heads    int
+	headDim  int
+	dim, cap int
+	n        int
+	k, v     gpu.Buffer
+}
+
+// NewKV implements engine.Backend.
+func (b *Backend) NewKV(kvHeads, headDim int) (engine.KV, error) {
+	if kvHeads <= 0 || headDim <= 0 {
+		return nil, fmt.Errorf("metal: kv cache with %d heads of %d", kvHeads, headDim)
+	}
+	if headDim > 256 {
+		return nil, fmt.Errorf("metal: head_dim %d above 256 not supported by the attention kernel", headDim)
+	}
+	return &kvCache{b: b, heads: kvHeads, headDim: headDim, dim: kvHeads * headDim}, nil
+}
+
+func (c *kvCache) Len() int { return c.n }
+
+func (c *kvCache) Truncate(n int) error {
+	if n < 0 || n > c.n {
+		return fmt.Errorf("kv cache: truncate to %d of %d positions", n, c.n)
+	}
+	c.n = n
+	return nil
+}
+
+func (c *kvCache) Free() {
+	for _, x := range []gpu.Buffer{c.k, c.v} {
+		if x != nil {
+			c.b.pending = append(c.b.pending, x)
+		}
+	}
+	c.k, c.v, c.n, c.cap = nil, nil, 0, 0
+}
+
+func (c *kvCache) reserve(n, keep int) {
+	if n <= c.cap {
+		return
+	}
+	nc := max(n, 2*c.cap, 64)
+	k, err := c.b.dev.NewBuffer(4 * nc * c.dim)
+	if err != nil {
+		panic(fmt.Sprintf("metal: kv cache of %d positions: %v", nc, err))
+	}
+	v, err := c.b.dev.NewBuffer(4 * nc * c.dim)
+	if err != nil {
+		panic(fmt.Sprintf("metal: kv cache of %d positions: %v", nc, err))
+	}
+	if c.k != nil {
+		c.b.copy2d(k, c.dim, 0, 0, c.k, c.dim, 0, 0, keep, c.dim)
+		c.b.copy2d(v, c.dim, 0, 0, c.v, c.dim, 0, 0, keep, c.dim)
+		c.b.pending = append(c.b.pending, c.k, c.v)
+	}
+	c.k, c.v, c.cap = k, v, nc
+}
+
+// StoreKV implements engine.Backend.
+func (b *Backend) StoreKV(k, v engine.Tensor, seqs []engine.AttnSeq) {
+	kt, vt := tt(k), tt(v)
+	sameShape("storekv", kt, vt)
+	for _, s := range seqs {
+		c := s.KV.(*kvCache)
+		if kt.cols != c.dim || s.Pos > c.n || s.Row < 0 || s.Row+s.N > kt.rows {
+			panic(fmt.Sprintf("metal: storekv rows [%d,+%d) of [%d, %d] at position %d into cache of %d×%d holding %d",
+				s.Row, s.N, kt.rows, kt.cols, s.Pos, c.heads, c.headDim, c.n))
+		}
+		if s.N == 0 {
+			continue
+		}
+		c.reserve(s.Pos+s.N, s.Pos)
+		n := s.N * c.dim
+		b.dispatch("store_kv", [3]int{ceil(n, 256), 1, 1}, [3]int{256, 1, 1},
+			buf(c.k), buf(c.v), buf(kt.buf), buf(vt.buf), gpu.Arg{Bytes: pack(s.Row, s.N, s.Pos, c.dim)})
+		c.n = s.Pos + s.N
+	}
+}
+
+// Attention implements engine.Backend: one dispatch per sequence.
+func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engine.AttnParams) {
+	d, qt := tt(dst), tt(q)
+	sameShape("attention", d, qt)
+	if d == qt || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0 || qt.cols != p.Heads*p.HeadDim || p.HeadDim > 256 {
+		panic(fmt.Sprintf("metal: attention %d heads (%d kv) × %d over [%d, %d]", p.Heads, p.KVHeads, p.HeadDim, qt.rows, qt.cols))
+	}
+	for _, s := range seqs {
+		c := s.KV.(*kvCache)
+		if c.heads != p.KVHeads || c.headDim != p.HeadDim || s.Pos+s.N > c.n || s.Row < 0 || s.Row+s.N > qt.rows {
+			panic(fmt.Sprintf("metal: attention rows [%d,+%d) at %d over cache %d×%d holding %d", s.Row, s.N, s.Pos, c.heads, c.headDim, c.n))
+		}
+		if s.N == 0 {
+			continue
+		}
+		b.dispatch("attention", [3]int{p.Heads, s.N, 1}, [3]int{32, 1, 1},
+			buf(d.buf), buf(qt.buf), buf(c.k), buf(c.v),
+			gpu.Arg{Bytes: pack(s.Row, s.N, s.Pos, p.Heads, p.KVHeads, p.HeadDim, p.Scale)})
+	}
+}

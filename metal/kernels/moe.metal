@@ -1,0 +1,127 @@
+// Sparse MoE kernels (Qwen3-MoE, Qwen3-Next, Qwen3.5-MoE): routing on the
+// GPU (softmax, top-k with ties to the lower expert, optional renormalise),
+// a gathered matmul that reads each row's expert weights through a table of
+// device pointers (all experts of a projection share one format), and the
+// weighted combine with the sigmoid-gated shared expert.
+#include "common.h"
+
+struct RouteParams {
+	uint T, E, K;
+	uint normalize;
+};
+
+#define MOE_MAXE 16 // experts per lane: E <= 512
+
+// moe_route: grid (T), 32 threads. logits [T, E] → idx [T, K], wts [T, K].
+kernel void moe_route(device int *idx [[buffer(0)]],
+                      device float *wts [[buffer(1)]],
+                      device const float *logits [[buffer(2)]],
+                      constant RouteParams &p [[buffer(3)]],
+                      uint tg [[threadgroup_position_in_grid]],
+                      uint lane [[thread_index_in_simdgroup]]) {
+	device const float *l = logits + ulong(tg) * p.E;
+	float pr[MOE_MAXE];
+	float mx = NEG_BIG;
+	for (uint i = 0; i < MOE_MAXE; i++) {
+		uint e = lane + 32 * i;
+		pr[i] = e < p.E ? l[e] : NEG_BIG;
+		mx = max(mx, pr[i]);
+	}
+	mx = simd_max(mx);
+	float sum = 0.0f;
+	for (uint i = 0; i < MOE_MAXE; i++) {
+		uint e = lane + 32 * i;
+		pr[i] = e < p.E ? exp(pr[i] - mx) : 0.0f;
+		sum += pr[i];
+	}
+	sum = simd_sum(sum);
+	for (uint i = 0; i < MOE_MAXE; i++) {
+		uint e = lane + 32 * i;
+		pr[i] = e < p.E ? pr[i] / sum : -1.0f; // -1: not a candidate
+	}
+	float total = 0.0f;
+	for (uint s = 0; s < p.K; s++) {
+		float bv = -1.0f;
+		uint be = 0xffffffffu;
+		for (uint i = 0; i < MOE_MAXE; i++) {
+			uint e = lane + 32 * i;
+			if (pr[i] > bv) { // strict: the lower index of this lane wins ties
+				bv = pr[i];
+				be = e;
+			}
+		}
+		float m = simd_max(bv);
+		uint win = simd_min(bv == m ? be : 0xffffffffu);
+		if (win % 32 == lane) pr[win / 32] = -1.0f;
+		if (lane == 0) {
+			idx[tg * p.K + s] = int(win);
+			wts[tg * p.K + s] = m;
+		}
+		total += m;
+	}
+	if (p.normalize != 0 && lane == 0)
+		for (uint s = 0; s < p.K; s++) wts[tg * p.K + s] = wts[tg * p.K + s] / total;
+}
+
+// ExpertPtrs locates one expert's matrix (data, MLX scales and biases).
+struct ExpertPtrs {
+	device const uchar *w;
+	device const uchar *s;
+	device const uchar *b;
+};
+
+struct GatherParams {
+	uint R;      // rows = tokens * K
+	uint N, Kd;  // outputs, inputs
+	uint K;      // experts per token
+	uint x_per_row; // 1: x has one row per (token, slot); 0: one per token
+};
+
+// moe_matmul: y[r, n] = x[xr] · W_{idx[r]}[n]; grid (ceil(N/MM_SG), R),
+// 32*MM_SG threads; one SIMD-group per output.
+kernel void moe_matmul(device float *y [[buffer(0)]],
+                       device const float *x [[buffer(1)]],
+                       device const ExpertPtrs *table [[buffer(2)]],
+                       constant WeightParams &wp [[buffer(3)]],
+                       device const int *idx [[buffer(4)]],
+                       constant GatherParams &p [[buffer(5)]],
+                       uint2 tg [[threadgroup_position_in_grid]],
+                       uint sg [[simdgroup_index_in_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]]) {
+	uint n = tg.x * 4 + sg;
+	uint r = tg.y;
+	if (n >= p.N || r >= p.R) return;
+	ExpertPtrs e = table[idx[r]];
+	device const float *xr = x + ulong(p.x_per_row != 0 ? r : r / p.K) * p.Kd;
+	float acc = 0.0f;
+	for (uint c = lane; c < p.Kd / 8; c += 32) {
+		float w[8];
+		load8(e.w, e.s, e.b, wp, n, c, w);
+		float s = 0.0f;
+		for (uint k = 0; k < 8; k++) s += w[k] * xr[8 * c + k];
+		acc += s;
+	}
+	acc = simd_sum(acc);
+	if (lane == 0) y[ulong(r) * p.N + n] = acc;
+}
+
+struct CombineParams {
+	uint T, H, K;
+	uint has_shared;
+};
+
+// moe_combine: dst[t] = sum_s wts[t,s] y[t*K+s] (+ sigmoid(g[t]) ys[t]).
+kernel void moe_combine(device float *dst [[buffer(0)]],
+                        device const float *y [[buffer(1)]],
+                        device const float *wts [[buffer(2)]],
+                        device const float *ys [[buffer(3)]],
+                        device const float *g [[buffer(4)]],
+                        constant CombineParams &p [[buffer(5)]],
+                        uint gid [[thread_position_in_grid]]) {
+	if (gid >= p.T * p.H) return;
+	uint t = gid / p.H, h = gid % p.H;
+	float acc = 0.0f;
+	for (uint s = 0; s < p.K; s++) acc += wts[t * p.K + s] * y[ulong(t * p.K + s) * p.H + h];
+	if (p.has_shared != 0) acc += ys[gid] / (1.0f + exp(-g[t]));
+	dst[gid] = acc;
+}

@@ -1,0 +1,149 @@
+package metal
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/metal/gpu"
+)
+
+var _ engine.MoEOps = (*Backend)(nil)
+
+// moeTable is the device pointer table of one projection (gate, up or down)
+// over all experts of a block, built at first use and cached by block.
+type moeTable struct {
+	table  gpu.Buffer
+	params []byte // WeightParams, shared by every expert
+	rows   int
+	bufs   []gpu.Buffer // every buffer the table points into (made resident)
+}
+
+type moeTables struct{ gate, up, down *moeTable }
+
+func (b *Backend) expertTable(ws []*Weight) (*moeTable, error) {
+	first := ws[0]
+	t := &moeTable{params: first.params, rows: first.rows}
+	var tab []byte
+	for e, w := range ws {
+		if !bytes.Equal(w.params, first.params) {
+			return nil, fmt.Errorf("metal: moe expert %d stored as %v [%d, %d], expert 0 as %v [%d, %d]", e, w.format, w.rows, w.cols, first.format, first.rows, first.cols)
+		}
+		ptr := func(buf gpu.Buffer, off int) uint64 {
+			if buf == nil {
+				return b.dummy.GPUAddress()
+			}
+			t.bufs = append(t.bufs, buf)
+			return buf.GPUAddress() + uint64(off)
+		}
+		tab = binary.LittleEndian.AppendUint64(tab, ptr(w.data, w.off))
+		tab = binary.LittleEndian.AppendUint64(tab, ptr(w.scales, w.soff))
+		tab = binary.LittleEndian.AppendUint64(tab, ptr(w.biases, w.boff))
+	}
+	t.bufs = append(t.bufs, b.dummy)
+	buf, err := b.dev.NewBuffer(len(tab))
+	if err != nil {
+		return nil, err
+	}
+	copy(buf.Bytes(), tab)
+	t.table = buf
+	return t, nil
+}
+
+func (b *Backend) tables(w *engine.MoEWeights) *moeTables {
+	if t := b.moe[w]; t != nil {
+		return t
+	}
+	var g, u, d []*Weight
+	for _, ex := range w.Experts {
+		g, u, d = append(g, ww(ex.Gate)), append(u, ww(ex.Up)), append(d, ww(ex.Down))
+	}
+	t := &moeTables{}
+	var err error
+	for _, x := range []struct {
+		dst **moeTable
+		ws  []*Weight
+	}{{&t.gate, g}, {&t.up, u}, {&t.down, d}} {
+		if *x.dst, err = b.expertTable(x.ws); err != nil {
+			panic(err.Error())
+		}
+	}
+	if b.moe == nil {
+		b.moe = map[*engine.MoEWeights]*moeTables{}
+	}
+	b.moe[w] = t
+	return t
+}
+
+func (b *Backend) gathered(y gpu.Buffer, x gpu.Buffer, t *moeTable, idx gpu.Buffer, R, N, Kd, K int, perRow bool) {
+	if b.cb == nil {
+		b.cb = b.dev.NewCommandBuffer()
+	}
+	b.cb.Use(t.bufs...)
+	b.dispatch("moe_matmul", [3]int{ceil(N, 4), R, 1}, [3]int{128, 1, 1},
+		buf(y), buf(x), buf(t.table), gpu.Arg{Bytes: t.params}, buf(idx), gpu.Arg{Bytes: pack(R, N, Kd, K, b2u(perRow))})
+}
+
+// MoE implements engine.MoEOps with no CPU round trip: router matmul,
+// moe_route on the GPU, gathered gate/up matmuls over (token, slot) rows,
+// SwiGLU, gathered down, then the weighted combine (+ shared expert).
+// Every chosen (token, expert) pair costs one row; nothing is computed for
+// experts a token did not choose.
+func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEParams) {
+	o, xt := tt(dst), tt(x)
+	sameShape("moe", o, xt)
+	T, H := xt.rows, xt.cols
+	E := len(w.Experts)
+	if E == 0 || E > 512 || ww(w.Router).rows != E || p.TopK < 1 || p.TopK > E || o == xt {
+		panic(fmt.Sprintf("metal: moe with %d experts, router [%d, %d], top-k %d", E, ww(w.Router).rows, ww(w.Router).cols, p.TopK))
+	}
+	if T == 0 {
+		return
+	}
+	tabs := b.tables(w)
+	K := p.TopK
+	R := T * K
+	inter := tabs.gate.rows
+	logits := b.NewTensor(T, E)
+	b.MatMul(logits, x, w.Router, nil)
+	idx, err := b.dev.NewBuffer(4 * R)
+	if err != nil {
+		panic(fmt.Sprintf("metal: moe: %v", err))
+	}
+	wts, err := b.dev.NewBuffer(4 * R)
+	if err != nil {
+		panic(fmt.Sprintf("metal: moe: %v", err))
+	}
+	b.pending = append(b.pending, idx, wts)
+	b.dispatch("moe_route", [3]int{T, 1, 1}, [3]int{32, 1, 1}, buf(idx), buf(wts), buf(tt(logits).buf),
+		gpu.Arg{Bytes: pack(T, E, K, b2u(p.Normalize))})
+	gt, ut := b.NewTensor(R, inter), b.NewTensor(R, inter)
+	b.gathered(tt(gt).buf, xt.buf, tabs.gate, idx, R, inter, H, K, false)
+	b.gathered(tt(ut).buf, xt.buf, tabs.up, idx, R, inter, H, K, false)
+	b.SwiGLU(gt, gt, ut)
+	yt := b.NewTensor(R, H)
+	b.gathered(tt(yt).buf, tt(gt).buf, tabs.down, idx, R, H, inter, K, true)
+	ys, g := gpu.Arg{Buf: b.dummy}, gpu.Arg{Buf: b.dummy}
+	var sy, sg, su engine.Tensor
+	if w.Shared != nil {
+		si := ww(w.Shared.Gate).rows
+		sg, su = b.NewTensor(T, si), b.NewTensor(T, si)
+		b.MatMul(sg, x, w.Shared.Gate, nil)
+		b.MatMul(su, x, w.Shared.Up, nil)
+		b.SwiGLU(sg, sg, su)
+		sy = b.NewTensor(T, H)
+		b.MatMul(sy, sg, w.Shared.Down, nil)
+		gate := b.NewTensor(T, 1)
+		b.MatMul(gate, x, w.SharedGate, nil)
+		ys, g = buf(tt(sy).buf), buf(tt(gate).buf)
+		defer b.Release(gate)
+	}
+	b.dispatch("moe_combine", [3]int{ceil(T*H, 256), 1, 1}, [3]int{256, 1, 1},
+		buf(o.buf), buf(tt(yt).buf), buf(wts), ys, g, gpu.Arg{Bytes: pack(T, H, K, b2u(w.Shared != nil))})
+	for _, t := range []engine.Tensor{logits, gt, ut, yt, sy, sg, su} {
+		if t != nil {
+			b.Release(t)
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package metal
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/metal/gpu"
+)
+
+func sameShape(op string, ts ...*Tensor) {
+	for _, t := range ts[1:] {
+		if t.rows != ts[0].rows || t.cols != ts[0].cols {
+			panic(fmt.Sprintf("metal: %s: shape [%d, %d] vs [%d, %d]", op, t.rows, t.cols, ts[0].rows, ts[0].cols))
+		}
+	}
+}
+
+// Embed implements engine.Backend.
+func (b *Backend) Embed(dst engine.Tensor, table engine.Weight, ids []int) {
+	d, w := tt(dst), ww(table)
+	if d.rows != len(ids) || d.cols != w.cols {
+		panic(fmt.Sprintf("metal: embed %d ids of width %d into [%d, %d]", len(ids), w.cols, d.rows, d.cols))
+	}
+	for _, id := range ids {
+		if id < 0 || id >= w.rows {
+			panic(fmt.Sprintf("metal: embed id %d out of range [0,%d)", id, w.rows))
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	if w.cols%8 != 0 {
+		panic(fmt.Sprintf("metal: embed rows of %d values (need a multiple of 8)", w.cols))
+	}
+	args := append([]gpu.Arg{buf(d.buf)}, b.weightArgs(w)...)
+	args = append(args, b.hostArg(ints32(ids)), gpu.Arg{Bytes: pack(len(ids), w.cols)})
+	b.dispatch("embed", [3]int{ceil(w.cols/8, 64), len(ids), 1}, [3]int{64, 1, 1}, args...)
+}
+
+// MatMul implements engine.Backend.
+func (b *Backend) MatMul(dst, x engine.Tensor, w engine.Weight, bias engine.Weight) {
+	d, s, wt := tt(dst), tt(x), ww(w)
+	if s.cols != wt.cols || d.rows != s.rows || d.cols != wt.rows {
+		panic(fmt.Sprintf("metal: matmul [%d, %d]·[%d, %d]ᵀ into [%d, %d]", s.rows, s.cols, wt.rows, wt.cols, d.rows, d.cols))
+	}
+	if d == s {
+		panic("metal: matmul dst aliases x")
+	}
+	if wt.cols%8 != 0 {
+		panic(fmt.Sprintf("metal: matmul over rows of %d values (need a multiple of 8)", wt.cols))
+	}
+	biasArg, hasBias := gpu.Arg{Buf: b.dummy}, 0
+	if bias != nil {
+		bw := ww(bias)
+		if bw.rows*bw.cols != wt.rows || bw.fmt != fmtF32 {
+			panic(fmt.Sprintf("metal: matmul bias [%d, %d] for %d outputs", bw.rows, bw.cols, wt.rows))
+		}
+		biasArg, hasBias = gpu.Arg{Buf: bw.data, Off: bw.off}, 1
+	}
+	if s.rows == 0 {
+		return
+	}
+	args := append([]gpu.Arg{buf(d.buf), buf(s.buf)}, b.weightArgs(wt)...)
+	args = append(args, biasArg, gpu.Arg{Bytes: pack(s.rows, wt.rows, wt.cols, hasBias)})
+	const sg, mb = 4, 8 // MM_SG, MM_MB in dense.metal
+	b.dispatch("matmul", [3]int{ceil(wt.rows, sg), ceil(s.rows, mb), 1}, [3]int{32 * sg, 1, 1}, args...)
+}
+
+// RMSNorm implements engine.Backend.
+func (b *Backend) RMSNorm(dst, x engine.Tensor, w engine.Weight, p engine.NormParams) {
+	d, s, wt := tt(dst), tt(x), ww(w)
+	sameShape("rmsnorm", d, s)
+	if p.Dim <= 0 || s.cols%p.Dim != 0 || wt.rows*wt.cols != p.Dim || wt.fmt != fmtF32 {
+		panic(fmt.Sprintf("metal: rmsnorm dim %d over %d columns with weight [%d, %d]", p.Dim, s.cols, wt.rows, wt.cols))
+	}
+	if s.rows == 0 {
+		return
+	}
+	b.dispatch("rmsnorm", [3]int{s.cols / p.Dim, s.rows, 1}, [3]int{32, 1, 1},
+		buf(d.buf), buf(s.buf), gpu.Arg{Buf: wt.data, Off: wt.off}, gpu.Arg{Bytes: pack(s.rows, s.cols, p.Dim, p.Eps, p.Offset)})
+}
+
+// Rope implements engine.Backend. Inverse frequencies are computed on the
+// host in float32 as HF does; the kernel forms the float32 angle and takes
+// an accurate cos/sin.
+func (b *Backend) Rope(x engine.Tensor, pos []int, p engine.RopeParams) {
+	t := tt(x)
+	if len(pos) != t.rows || p.Heads*p.HeadDim != t.cols || p.RotaryDim <= 0 || p.RotaryDim > p.HeadDim || p.RotaryDim%2 != 0 {
+		panic(fmt.Sprintf("metal: rope %d heads × %d (rotary %d) over [%d, %d] with %d positions", p.Heads, p.HeadDim, p.RotaryDim, t.rows, t.cols, len(pos)))
+	}
+	half := p.RotaryDim / 2
+	inv := make([]byte, 0, 4*half)
+	for i := range half {
+		e := float32(2*i) / float32(p.RotaryDim)
+		inv = append(inv, pack(1/float32(math.Pow(p.Theta, float64(e))))...)
+	}
+	n := t.rows * p.Heads * half
+	if n == 0 {
+		return
+	}
+	b.dispatch("rope", [3]int{ceil(n, 256), 1, 1}, [3]int{256, 1, 1},
+		buf(t.buf), b.hostArg(ints32(pos)), b.hostArg(inv), gpu.Arg{Bytes: pack(t.rows, p.Heads, p.HeadDim, half)})
+}
+
+func (b *Backend) elementwise(name string, d, x, y *Tensor) {
+	sameShape(name, d, x, y)
+	n := d.rows * d.cols
+	if n == 0 {
+		return
+	}
+	b.dispatch(name, [3]int{ceil(n, 256), 1, 1}, [3]int{256, 1, 1}, buf(d.buf), buf(x.buf), buf(y.buf), gpu.Arg{Bytes: pack(n)})
+}
+
+// SwiGLU implements engine.Backend.
+func (b *Backend) SwiGLU(dst, gate, up engine.Tensor) {
+	b.elementwise("swiglu", tt(dst), tt(gate), tt(up))
+}
+
+// SigmoidMul implements engine.Backend.
+func (b *Backend) SigmoidMul(dst, x, gate engine.Tensor) {
+	b.elementwise("sigmoid_mul", tt(dst), tt(x), tt(gate))
+}
+
+// Add implements engine.Backend.
+func (b *Backend) Add(dst, a, c engine.Tensor) { b.elementwise("add", tt(dst), tt(a), tt(c)) }
+
+func (b *Backend) copy2d(dst gpu.Buffer, dstStride, dstRow, dstCol int, src gpu.Buffer, srcStride, srcRow, srcCol, rows, cols int) {
+	if rows == 0 || cols == 0 {
+		return
+	}
+	b.dispatch("copy2d", [3]int{ceil(cols, 256), rows, 1}, [3]int{256, 1, 1}, buf(dst), buf(src),
+		gpu.Arg{Bytes: pack(rows, cols, dstStride, dstRow, dstCol, srcStride, srcRow, srcCol)})
+}
+
+// Copy implements engine.Backend.
+func (b *Backend) Copy(dst engine.Tensor, dstRow, dstCol int, src engine.Tensor, srcRow, srcCol, rows, cols int) {
+	d, s := tt(dst), tt(src)
+	if d == s || rows < 0 || cols < 0 || dstRow < 0 || dstCol < 0 || srcRow < 0 || srcCol < 0 ||
+		dstRow+rows > d.rows || dstCol+cols > d.cols || srcRow+rows > s.rows || srcCol+cols > s.cols {
+		panic(fmt.Sprintf("metal: copy [%d+%d, %d+%d] of [%d, %d] to (%d, %d) of [%d, %d]",
+			srcRow, rows, srcCol, cols, s.rows, s.cols, dstRow, dstCol, d.rows, d.cols))
+	}
+	b.copy2d(d.buf, d.cols, dstRow, dstCol, s.buf, s.cols, srcRow, srcCol, rows, cols)
+}
+
+// Gather implements engine.Backend.
+func (b *Backend) Gather(dst, src engine.Tensor, rows []int) {
+	d, s := tt(dst), tt(src)
+	if d == s || d.rows != len(rows) || d.cols != s.cols {
+		panic(fmt.Sprintf("metal: gather %d rows of [%d, %d] into [%d, %d]", len(rows), s.rows, s.cols, d.rows, d.cols))
+	}
+	for _, r := range rows {
+		if r < 0 || r >= s.rows {
+			panic(fmt.Sprintf("metal: gather row %d of %d", r, s.rows))
+		}
+	}
+	if len(rows) == 0 || d.cols == 0 {
+		return
+	}
+	b.dispatch("gather", [3]int{ceil(d.cols, 256), len(rows), 1}, [3]int{256, 1, 1},
+		buf(d.buf), buf(s.buf), b.hostArg(ints32(rows)), gpu.Arg{Bytes: pack(len(rows), d.cols)})
+}
+
+// gpu32 is one uint32 as an inline argument.
+func gpu32(v int) gpu.Arg { return gpu.Arg{Bytes: pack(v)} }

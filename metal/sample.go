@@ -1,0 +1,37 @@
+package metal
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/macpool/macpool/engine"
+)
+
+// Argmax sets dst[r] to the index of the largest value of row r of t (the
+// lowest index on ties, as engine.Greedy), computed on the GPU, and syncs:
+// greedy decoding then reads 4 bytes per sequence instead of its logits.
+// The engine does not call it yet (an optional hook such as
+// `engine.ArgmaxOps` is core's decision; docs/notes/metal.md).
+func (b *Backend) Argmax(t engine.Tensor, dst []int) error {
+	x := tt(t)
+	if len(dst) != x.rows || x.cols == 0 {
+		panic(fmt.Sprintf("metal: argmax of [%d, %d] into %d values", x.rows, x.cols, len(dst)))
+	}
+	if x.rows == 0 {
+		return nil
+	}
+	out, err := b.dev.NewBuffer(4 * x.rows)
+	if err != nil {
+		return fmt.Errorf("metal: argmax: %w", err)
+	}
+	defer out.Release() // after the sync below
+	b.dispatch("argmax", [3]int{x.rows, 1, 1}, [3]int{32, 1, 1}, buf(out), buf(x.buf), gpu32(x.cols))
+	if err := b.sync(); err != nil {
+		return err
+	}
+	o := out.Bytes()
+	for i := range dst {
+		dst[i] = int(int32(binary.LittleEndian.Uint32(o[4*i:])))
+	}
+	return nil
+}

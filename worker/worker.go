@@ -1,0 +1,513 @@
+// Package worker hosts an inference engine on one machine, joins the cluster
+// by gossip, pulls jobs from the NATS JetStream queue of each model it serves
+// when it has a free slot, and streams the results back to the coordinator
+// that queued them.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/macpool/macpool/api"
+	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/cluster"
+)
+
+// Engine generates the answer to one job. It renders the chat template,
+// tokenizes, generates and parses output, calling emit for every delta and
+// once with Usage at the end. It must return promptly when ctx ends.
+// Returning an *openai.Error passes that error to the client as is.
+type Engine interface {
+	Generate(ctx context.Context, job *api.Job, emit func(*api.Event) error) error
+}
+
+// Resume is a generation carried over from another worker (failover):
+// Tokens[i] are the tokens choice i already produced; the client has their
+// text.
+type Resume struct {
+	Tokens [][]int
+}
+
+// ResumeEngine is an Engine that reports the token ids behind every event
+// and can continue a generation from them, so that the coordinator can move
+// a running job to another worker when its worker dies or stalls
+// (docs/cluster.md, "Mid-stream failover"). GenerateResume with a nil r is
+// Generate. tokens are the ids whose text ev carries (every token exactly
+// once, in order; a token whose text is held back goes with the event that
+// finally carries it). A resumed generation prefills prompt + r.Tokens,
+// continues as an uninterrupted run would (same seed, same step numbers)
+// and emits only new text.
+type ResumeEngine interface {
+	Engine
+	GenerateResume(ctx context.Context, job *api.Job, r *Resume, emit func(ev *api.Event, tokens []int) error) error
+}
+
+// Config configures a Worker.
+type Config struct {
+	Name    string
+	Version string
+	// Models are the model names this worker serves with Engine.
+	Models []string
+	Engine Engine
+	// Slots is how many jobs run at once.
+	Slots int
+	// Gossip configures membership; Gossip.Join must name a member.
+	Gossip cluster.Config
+	// NATSURL overrides the NATS URLs learnt from coordinators' gossip metadata.
+	NATSURL string
+	// StartTimeout bounds the start handshake with the coordinator.
+	StartTimeout time.Duration
+	// MetaInterval is the most often load changes are gossiped.
+	MetaInterval time.Duration
+	// PingInterval is how often a running job checks that its client (and
+	// coordinator) still waits; a job nobody waits for is stopped.
+	PingInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// DefaultConfig returns a worker configuration with one slot.
+func DefaultConfig() Config {
+	return Config{
+		Slots:        1,
+		Gossip:       cluster.DefaultConfig(),
+		StartTimeout: 2 * time.Second,
+		MetaInterval: 500 * time.Millisecond,
+		PingInterval: time.Second,
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Name == "" {
+		return errors.New("worker: name must be set")
+	}
+	if len(c.Models) == 0 {
+		return errors.New("worker: at least one model must be served")
+	}
+	if c.Engine == nil {
+		return errors.New("worker: engine must be set")
+	}
+	if c.Slots < 1 {
+		return fmt.Errorf("worker: slots %d must be at least 1", c.Slots)
+	}
+	if c.StartTimeout <= 0 {
+		return fmt.Errorf("worker: start timeout %v must be positive", c.StartTimeout)
+	}
+	if c.PingInterval <= 0 {
+		return fmt.Errorf("worker: ping interval %v must be positive", c.PingInterval)
+	}
+	if c.MetaInterval <= 0 {
+		return fmt.Errorf("worker: meta interval %v must be positive", c.MetaInterval)
+	}
+	return nil
+}
+
+// Worker runs jobs for the cluster.
+type Worker struct {
+	cfg  Config
+	log  *slog.Logger
+	ml   *cluster.Membership
+	meta cluster.Meta
+
+	sem     chan struct{} // one token per free slot
+	running atomic.Int64
+	served  atomic.Int64
+	pulling atomic.Int64  // pull loops that found their queue
+	changed chan struct{} // load changed; gossip it
+
+	mu      sync.Mutex
+	cancels map[string]context.CancelFunc // job id -> cancel of a running job
+
+	closeOnce sync.Once
+}
+
+// New joins the cluster by gossip. Jobs are taken once Run is called.
+func New(cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	hw := cluster.DetectHardware()
+	w := &Worker{
+		cfg:     cfg,
+		log:     logger.With("component", "worker", "node", cfg.Name),
+		sem:     make(chan struct{}, cfg.Slots),
+		changed: make(chan struct{}, 1),
+		cancels: map[string]context.CancelFunc{},
+		meta: cluster.Meta{
+			Role: cluster.RoleWorker, Version: cfg.Version,
+			Chip: hw.Chip, Cores: hw.Cores, MemoryMB: hw.MemoryMB,
+			Models: cfg.Models, Slots: cfg.Slots, Free: cfg.Slots,
+		},
+	}
+	for i := 0; i < cfg.Slots; i++ {
+		w.sem <- struct{}{}
+	}
+	gc := cfg.Gossip
+	gc.Name = cfg.Name
+	gc.Meta = w.meta
+	gc.Logger = logger
+	ml, err := cluster.New(gc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	w.ml = ml
+	return w, nil
+}
+
+// GossipAddr is the bound gossip address.
+func (w *Worker) GossipAddr() string { return w.ml.Addr() }
+
+// Name is the worker's node name.
+func (w *Worker) Name() string { return w.cfg.Name }
+
+// Served is the number of jobs this worker has run (started generating).
+func (w *Worker) Served() int64 { return w.served.Load() }
+
+// Ready reports whether every pull loop has found its model's queue.
+func (w *Worker) Ready() bool {
+	return w.pulling.Load() == int64(w.cfg.Slots*len(w.cfg.Models))
+}
+
+// Running is the number of jobs running now.
+func (w *Worker) Running() int64 { return w.running.Load() }
+
+// Run connects to NATS (URLs learnt by gossip), takes jobs until ctx ends,
+// then leaves the cluster. Jobs running at that point are cancelled.
+func (w *Worker) Run(ctx context.Context) error {
+	defer w.Close()
+	url, err := w.natsURL(ctx)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(url, nats.Name(w.cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("worker: connect nats %s: %w", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("worker: jetstream: %w", err)
+	}
+	sub, err := nc.Subscribe(cluster.SubjectCancelPrefix+"*", w.onCancel)
+	if err != nil {
+		return fmt.Errorf("worker: subscribe cancel: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("worker: flush: %w", err)
+	}
+	w.log.Info("connected", "nats", nc.ConnectedUrl())
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.gossipLoad(ctx) }()
+	for _, model := range w.cfg.Models {
+		for i := 0; i < w.cfg.Slots; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); w.pullLoop(ctx, nc, js, model) }()
+		}
+	}
+	<-ctx.Done()
+	wg.Wait()
+	return nil
+}
+
+// natsURL waits until gossip shows a coordinator that advertises NATS.
+func (w *Worker) natsURL(ctx context.Context) (string, error) {
+	if w.cfg.NATSURL != "" {
+		return w.cfg.NATSURL, nil
+	}
+	ch, unsub := w.ml.Subscribe()
+	defer unsub()
+	for {
+		var urls []string
+		for _, m := range w.ml.Members() {
+			if m.Meta.Role == cluster.RoleCoordinator && m.Meta.NATS != "" {
+				urls = append(urls, m.Meta.NATS)
+			}
+		}
+		if len(urls) > 0 {
+			return strings.Join(urls, ","), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-ch:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// pullLoop takes one job at a time for model whenever a slot is free: the
+// pull request is only issued while this worker holds a free slot, so the
+// queue hands work to workers with capacity (least loaded first in effect).
+func (w *Worker) pullLoop(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, model string) {
+	var cons jetstream.Consumer
+	for cons == nil {
+		c, err := js.Consumer(ctx, cluster.StreamName(model), cluster.ConsumerName)
+		if err == nil {
+			cons = c
+			w.pulling.Add(1)
+			w.loadChanged()
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		w.log.Debug("waiting for queue", "model", model, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.sem:
+		}
+		// Short pulls: a pull request held by a consumer leader that dies
+		// is lost, so the next one must not wait long to reach the new one.
+		fctx, fcancel := context.WithTimeout(ctx, 2*time.Second)
+		msg, err := cons.Next(jetstream.FetchContext(fctx))
+		fcancel()
+		if err != nil {
+			w.sem <- struct{}{}
+			if ctx.Err() != nil {
+				return
+			}
+			if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+				w.log.Debug("fetch", "model", model, "err", err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			continue
+		}
+		w.runJob(ctx, nc, msg)
+		w.sem <- struct{}{}
+	}
+}
+
+func (w *Worker) loadChanged() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// runJob acknowledges the job (removing it from the work queue), checks that
+// its client still waits, runs the engine and streams frames back.
+func (w *Worker) runJob(ctx context.Context, nc *nats.Conn, msg jetstream.Msg) {
+	_ = msg.Ack()
+	reply := msg.Headers().Get(cluster.HeaderReply)
+	id := msg.Headers().Get(cluster.HeaderJob)
+	if reply == "" || id == "" {
+		w.log.Warn("dropping job without reply subject or id")
+		return
+	}
+	jctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.mu.Lock()
+	w.cancels[id] = cancel
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.cancels, id)
+		w.mu.Unlock()
+	}()
+
+	w.running.Add(1)
+	w.loadChanged()
+	defer func() {
+		w.running.Add(-1)
+		w.loadChanged()
+	}()
+
+	// Start handshake: no responders means the client went away while queued.
+	sctx, scancel := context.WithTimeout(jctx, w.cfg.StartTimeout)
+	resp, err := nc.RequestWithContext(sctx, reply, cluster.AppendFrame(nil, cluster.FrameStart, 0, []byte(w.cfg.Name)))
+	scancel()
+	if err == nil && string(resp.Data) != "ok" {
+		err = errors.New(string(resp.Data))
+	}
+	if err != nil {
+		w.log.Debug("job abandoned before start", "job", id, "err", err)
+		return
+	}
+
+	defer w.served.Add(1) // counts jobs that started, not abandoned ones
+
+	pingCtx, stopPing := context.WithCancel(jctx)
+	pingExited := make(chan struct{})
+	go func() { defer close(pingExited); w.pingRequester(pingCtx, cancel, nc, reply) }()
+	defer func() { stopPing(); <-pingExited }()
+
+	var sendMu sync.Mutex // an engine may emit from several goroutines (n > 1)
+	seq := uint64(0)
+	send := func(kind byte, payload []byte) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		seq++
+		frame := cluster.AppendFrame(make([]byte, 0, 9+len(payload)), kind, seq, payload)
+		if kind == cluster.FrameEvent {
+			return nc.Publish(reply, frame)
+		}
+		// The last frame is a request, retried until answered: core NATS
+		// is at-most-once, and frames lost with a NATS server that died
+		// would otherwise leave the coordinator waiting. An answered last
+		// frame lets it check that nothing before it went missing (a gap
+		// moves the job to a worker, docs/cluster.md).
+		// (Sent once even when the worker is stopping: its 503 frame.)
+		for attempt := 0; attempt < 5; attempt++ {
+			_, err := nc.Request(reply, frame, w.cfg.StartTimeout)
+			if err == nil || errors.Is(err, nats.ErrNoResponders) || ctx.Err() != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var jm cluster.Job
+	if err := json.Unmarshal(msg.Data(), &jm); err != nil {
+		send(cluster.FrameError, cluster.EncodeError(openai.ServerError("worker could not decode job: %v", err)))
+		return
+	}
+	job := &jm.Job
+	log := w.log.With("job", id, "request", job.ID)
+	emitTokens := func(ev *api.Event, tokens []int) error {
+		if err := jctx.Err(); err != nil {
+			return err
+		}
+		ev.Worker = w.cfg.Name
+		b, err := json.Marshal(cluster.Event{Event: *ev, Tokens: tokens})
+		if err != nil {
+			return fmt.Errorf("encode event: %w", err)
+		}
+		return send(cluster.FrameEvent, b)
+	}
+	if re, ok := w.cfg.Engine.(ResumeEngine); ok {
+		var r *Resume
+		if jm.Resume != nil {
+			r = &Resume{Tokens: jm.Resume}
+			log.Info("resuming generation", "tokens", len(jm.Resume[0]))
+		}
+		err = re.GenerateResume(jctx, job, r, emitTokens)
+	} else if jm.Resume != nil {
+		err = openai.Unavailable("worker %s cannot resume a generation (its engine reports no token ids)", w.cfg.Name)
+	} else {
+		err = w.cfg.Engine.Generate(jctx, job, func(ev *api.Event) error { return emitTokens(ev, nil) })
+	}
+	switch {
+	case err == nil:
+		send(cluster.FrameEnd, nil)
+	case jctx.Err() != nil && ctx.Err() == nil:
+		log.Debug("job cancelled")
+		send(cluster.FrameError, cluster.EncodeError(&openai.Error{Status: 499, Type: openai.TypeInvalidRequest, Message: "request cancelled"}))
+	default:
+		var oe *openai.Error
+		if !errors.As(err, &oe) {
+			if ctx.Err() != nil {
+				oe = openai.Unavailable("worker %s is shutting down", w.cfg.Name)
+			} else {
+				oe = openai.ServerError("generation failed on %s: %v", w.cfg.Name, err)
+			}
+		}
+		log.Warn("job failed", "err", err)
+		send(cluster.FrameError, cluster.EncodeError(oe))
+	}
+}
+
+// pingRequester stops the job (cancel) when nobody waits for it any more:
+// the client's coordinator answers "gone", or no coordinator answers at all
+// because it died. It returns when ctx ends.
+func (w *Worker) pingRequester(ctx context.Context, cancel context.CancelFunc, nc *nats.Conn, reply string) {
+	t := time.NewTicker(w.cfg.PingInterval)
+	defer t.Stop()
+	ping := cluster.AppendFrame(nil, cluster.FramePing, 0, nil)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, pcancel := context.WithTimeout(ctx, w.cfg.PingInterval)
+		resp, err := nc.RequestWithContext(pctx, reply, ping)
+		pcancel()
+		if errors.Is(err, nats.ErrNoResponders) || (err == nil && string(resp.Data) != "ok") {
+			w.log.Info("stopping job nobody waits for", "reply", reply)
+			cancel()
+			return
+		}
+	}
+}
+
+func (w *Worker) onCancel(m *nats.Msg) {
+	id := m.Subject[len(cluster.SubjectCancelPrefix):]
+	w.mu.Lock()
+	cancel := w.cancels[id]
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// gossipLoad publishes the worker's load in its gossip metadata, at most
+// once per MetaInterval.
+func (w *Worker) gossipLoad(ctx context.Context) {
+	t := time.NewTicker(w.cfg.MetaInterval)
+	defer t.Stop()
+	dirty := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.changed:
+			dirty = true
+		case <-t.C:
+			if !dirty {
+				continue
+			}
+			dirty = false
+			m := w.meta
+			m.Ready = w.Ready()
+			m.Running = int(w.running.Load())
+			m.Free = w.cfg.Slots*len(w.cfg.Models) - m.Running
+			if m.Free < 0 {
+				m.Free = 0
+			}
+			if err := w.ml.UpdateMeta(m); err != nil {
+				w.log.Debug("gossip load", "err", err)
+			}
+		}
+	}
+}
+
+// Close leaves the cluster. Safe to call more than once.
+func (w *Worker) Close() error {
+	var err error
+	w.closeOnce.Do(func() { err = w.ml.Close() })
+	return err
+}
+
+// Kill stops gossip without leaving, as a crash would (tests).
+func (w *Worker) Kill() { w.ml.Kill() }
