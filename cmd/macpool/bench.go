@@ -62,6 +62,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	repeat := fs.Int("repeat", 1, "runs; the best of each figure is reported")
 	exact := fs.Bool("exact", false, "float32 activations for quantized weights (see engine.Options.ExactMatMul)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	concurrency := fs.Int("concurrency", 0, "concurrent streams through the serving scheduler (0: one stream on the bare model)")
+	cachedPrefix := fs.Int("cached-prefix", 0, "with --concurrency: prompt tokens shared with a warm-up request (prefix cache)")
 	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and prompt")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed runs to this file")
 	if err := parseFlags(fs, args); err != nil {
@@ -72,6 +74,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: give exactly one of --model and --synthetic", errUsage)
 	case *promptTokens < 1 || *genTokens < 1:
 		return fmt.Errorf("%w: --prompt-tokens %d and --gen-tokens %d must be at least 1", errUsage, *promptTokens, *genTokens)
+	case *concurrency < 0:
+		return fmt.Errorf("%w: --concurrency %d must not be negative", errUsage, *concurrency)
 	case *threads < 0 || *repeat < 1:
 		return fmt.Errorf("%w: --threads %d must not be negative, --repeat %d at least 1", errUsage, *threads, *repeat)
 	}
@@ -140,6 +144,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !*asJSON {
 		fmt.Fprintf(stderr, "%s (%s, %d layers): built in %.1fs, %s kernels, %d threads\n",
 			res.Model, res.Quant, c.NumHiddenLayers, res.LoadSeconds, res.Impl, cfg.Threads)
+	}
+	if *concurrency > 0 {
+		return runBenchConcurrent(ctx, m, res, *concurrency, *cachedPrefix, *seed, *asJSON, stdout)
 	}
 
 	r := rand.New(rand.NewPCG(*seed, 2))
