@@ -298,24 +298,35 @@ func (m *Model) Forward(ctx context.Context, seqs []Seq) ([][]float32, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	return m.runBatch(seqs, "forward", m.arch.VocabSize(), m.arch.Forward)
+}
+
+// runBatch is the body shared by Forward and Embed: it validates the
+// sequences, packs them into one Batch, reserves paged blocks, runs run
+// under m.mu, reads back width floats per output row and commits the
+// tokens to the caches (or rolls the caches back on error). The two entry
+// points differ only in the op that produces the output tensor, its row
+// width and the error prefix op, so they share this one copy to keep the
+// cache bookkeeping and rollback from drifting apart.
+func (m *Model) runBatch(seqs []Seq, op string, width int, run func(*Batch) (Tensor, error)) ([][]float32, error) {
 	vocab := m.arch.VocabSize()
 	b := &Batch{Seqs: make([]BatchSeq, len(seqs))}
 	seen := make(map[*Cache]bool, len(seqs))
 	for i, s := range seqs {
 		switch {
 		case s.Cache == nil || s.Cache.freed:
-			return nil, fmt.Errorf("forward: sequence %d has no cache (nil or freed)", i)
+			return nil, fmt.Errorf("%s: sequence %d has no cache (nil or freed)", op, i)
 		case s.Cache.m != m:
-			return nil, fmt.Errorf("forward: sequence %d: cache belongs to another model", i)
+			return nil, fmt.Errorf("%s: sequence %d: cache belongs to another model", op, i)
 		case seen[s.Cache]:
-			return nil, fmt.Errorf("forward: sequence %d: cache used twice in one batch", i)
+			return nil, fmt.Errorf("%s: sequence %d: cache used twice in one batch", op, i)
 		case len(s.Tokens) == 0:
-			return nil, fmt.Errorf("forward: sequence %d has no tokens", i)
+			return nil, fmt.Errorf("%s: sequence %d has no tokens", op, i)
 		}
 		seen[s.Cache] = true
 		for _, id := range s.Tokens {
 			if id < 0 || id >= vocab {
-				return nil, fmt.Errorf("forward: sequence %d: token id %d out of range [0,%d)", i, id, vocab)
+				return nil, fmt.Errorf("%s: sequence %d: token id %d out of range [0,%d)", op, i, id, vocab)
 			}
 		}
 		row, pos := len(b.Tokens), s.Cache.n
@@ -341,7 +352,7 @@ func (m *Model) Forward(ctx context.Context, seqs []Seq) ([][]float32, error) {
 					r.Cache.paged.trimBlocks(r.Cache.n)
 				}
 			}
-			return nil, fmt.Errorf("forward: sequence %d: %w", i, err)
+			return nil, fmt.Errorf("%s: sequence %d: %w", op, i, err)
 		}
 	}
 
@@ -350,12 +361,12 @@ func (m *Model) Forward(ctx context.Context, seqs []Seq) ([][]float32, error) {
 	if m.closed {
 		return nil, errClosed
 	}
-	logits, err := m.arch.Forward(b)
+	res, err := run(b)
 	var flat []float32
 	if err == nil {
-		flat = make([]float32, len(b.Outputs)*vocab)
-		err = m.be.Read(logits, flat)
-		m.be.Release(logits)
+		flat = make([]float32, len(b.Outputs)*width)
+		err = m.be.Read(res, flat)
+		m.be.Release(res)
 	}
 	if err != nil {
 		for i, s := range seqs {
@@ -366,7 +377,7 @@ func (m *Model) Forward(ctx context.Context, seqs []Seq) ([][]float32, error) {
 				s.Cache.paged.trimBlocks(s.Cache.n)
 			}
 		}
-		return nil, fmt.Errorf("forward: %w", err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	out := make([][]float32, len(seqs))
 	off := 0
@@ -375,7 +386,7 @@ func (m *Model) Forward(ctx context.Context, seqs []Seq) ([][]float32, error) {
 		if s.AllLogits {
 			n = len(s.Tokens)
 		}
-		out[i] = flat[off*vocab : (off+n)*vocab : (off+n)*vocab]
+		out[i] = flat[off*width : (off+n)*width : (off+n)*width]
 		off += n
 		s.Cache.n += len(s.Tokens)
 		if s.Cache.paged != nil {

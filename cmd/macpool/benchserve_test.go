@@ -6,32 +6,11 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/macpool/macpool/engine"
-	"github.com/macpool/macpool/engine/cpu"
-	"github.com/macpool/macpool/engine/synth"
+	"github.com/macpool/macpool/internal/reftest"
 )
 
 func TestBenchConcurrentJSON(t *testing.T) {
-	c, err := synth.Config("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := synth.New(c, synth.Q8_0, 1, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc := cpu.DefaultConfig()
-	cc.Threads = 2
-	be, err := cpu.New(cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
-	m, err := engine.New(be, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := reftest.SynthModel(t, "tiny", 2)
 	var out bytes.Buffer
 	res := benchResult{Model: "tiny", PromptTokens: 40, GenTokens: 4, Threads: 2}
 	if err := runBenchConcurrent(context.Background(), m, res, 3, 33, 1, true, &out); err != nil {

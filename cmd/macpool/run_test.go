@@ -3,10 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
-	"math"
+	"github.com/macpool/macpool/internal/reftest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,26 +13,6 @@ import (
 )
 
 const qwen3Dir = "../../testdata/hf/qwen3"
-
-type fixtureRef struct {
-	InputIDs     []int `json:"input_ids"`
-	LogitsShape  []int `json:"logits_shape"`
-	GreedyPrompt []int `json:"greedy_prompt"`
-	GreedyOut    []int `json:"greedy_out"`
-}
-
-func readRef(t *testing.T, dir string) fixtureRef {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dir, "ref.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r fixtureRef
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
 
 func joinIDs(ids []int, sep string) string {
 	s := make([]string, len(ids))
@@ -45,10 +23,15 @@ func joinIDs(ids []int, sep string) string {
 }
 
 func TestRunGreedyIDs(t *testing.T) {
-	for _, name := range []string{"qwen2", "qwen3", "qwen3_tied"} {
+	testRunGreedyIDs(t, []string{"qwen2", "qwen3", "qwen3_tied"})
+}
+
+// testRunGreedyIDs checks that `macpool run` reproduces each fixture's greedy_out.
+func testRunGreedyIDs(t *testing.T, names []string) {
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join("../../testdata/hf", name)
-			r := readRef(t, dir)
+			r := reftest.ReadRef(t, dir)
 			var stdout, stderr bytes.Buffer
 			err := runRun(context.Background(), []string{"--model", dir, "--tokens", joinIDs(r.GreedyPrompt, ","),
 				"--max-tokens", strconv.Itoa(len(r.GreedyOut)), "--output", "ids", "--threads", "2"}, &stdout, &stderr)
@@ -154,29 +137,19 @@ func TestRunCancelled(t *testing.T) {
 }
 
 func TestLogitsCommand(t *testing.T) {
-	r := readRef(t, qwen3Dir)
+	r := reftest.ReadRef(t, qwen3Dir)
 	out := filepath.Join(t.TempDir(), "logits.f32")
 	var stdout, stderr bytes.Buffer
 	if err := runLogits(context.Background(), []string{"--model", qwen3Dir, "--tokens", joinIDs(r.InputIDs, ","), "--out", out, "--threads", "2"}, &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
-	got := readF32(t, out)
-	want := readF32(t, filepath.Join(qwen3Dir, "ref_logits.f32"))
+	got := reftest.ReadF32(t, out)
+	want := reftest.ReadF32(t, filepath.Join(qwen3Dir, "ref_logits.f32"))
 	if len(got) != len(want) {
 		t.Fatalf("%d logits, want %d", len(got), len(want))
 	}
 	vocab := r.LogitsShape[1]
-	for p := 0; p < len(want)/vocab; p++ {
-		var num, den float64
-		for i := p * vocab; i < (p+1)*vocab; i++ {
-			d := float64(got[i] - want[i])
-			num += d * d
-			den += float64(want[i]) * float64(want[i])
-		}
-		if e := math.Sqrt(num / den); e >= 1e-4 {
-			t.Errorf("position %d: relative L2 error %.3g", p, e)
-		}
-	}
+	reftest.CheckPositions(t, got, want, vocab, len(want)/vocab, 1e-4)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -189,17 +162,4 @@ func TestLogitsCommand(t *testing.T) {
 			t.Errorf("%v: got error %v, want one containing %q", tc.args, err, tc.want)
 		}
 	}
-}
-
-func readF32(t *testing.T, path string) []float32 {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := make([]float32, len(b)/4)
-	for i := range f {
-		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return f
 }

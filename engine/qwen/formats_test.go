@@ -2,29 +2,15 @@ package qwen_test
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
-	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/internal/reftest"
 )
 
-func readF32(t *testing.T, path string) []float32 {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := make([]float32, len(b)/4)
-	for i := range f {
-		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return f
-}
+var readF32 = reftest.ReadF32
 
 // checkLogits loads path, runs ids in one pass and compares every position
 // with want (relative L2 < 1e-4); it returns the worst error. ExactMatMul:
@@ -43,14 +29,7 @@ func checkLogits(t *testing.T, path string, ids []int, want []float32) float64 {
 	if len(got) != len(want) {
 		t.Fatalf("%d logits, want %d", len(got), len(want))
 	}
-	worst := 0.0
-	for p := range ids {
-		e := relL2(got[p*vocab:(p+1)*vocab], want[p*vocab:(p+1)*vocab])
-		worst = max(worst, e)
-		if e >= 1e-4 {
-			t.Errorf("position %d: relative L2 error %.3g, want < 1e-4", p, e)
-		}
-	}
+	worst := reftest.CheckPositions(t, got, want, vocab, len(ids), 1e-4)
 	return worst
 }
 
@@ -60,14 +39,7 @@ func TestDenseMLX(t *testing.T) {
 	for _, name := range []string{"qwen3-4bit", "qwen3-8bit", "qwen3_tied-4bit"} {
 		t.Run(name, func(t *testing.T) {
 			d := filepath.Join("..", "..", "testdata", "mlx", name)
-			raw, err := os.ReadFile(filepath.Join(d, "ref.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var r ref
-			if err := json.Unmarshal(raw, &r); err != nil {
-				t.Fatal(err)
-			}
+			r := reftest.ReadRef(t, d)
 			worst := checkLogits(t, d, r.InputIDs, readF32(t, filepath.Join(d, "ref_logits.f32")))
 			t.Logf("%s: max relative L2 error %.3g", name, worst)
 			m, err := engine.Load(d, engine.Options{Threads: 2, ExactMatMul: true})
@@ -86,16 +58,7 @@ func TestDenseMLX(t *testing.T) {
 // Dense Qwen3 GGUF files against logits from the exactly dequantized weights.
 func TestDenseGGUF(t *testing.T) {
 	d := filepath.Join("..", "..", "testdata", "gguf")
-	raw, err := os.ReadFile(filepath.Join(d, "ref.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r struct {
-		InputIDs []int `json:"input_ids"`
-	}
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
-	}
+	r := reftest.ReadRef(t, d)
 	for _, name := range []string{"qwen3-bf16", "qwen3-q8_0", "qwen3-q4_0", "qwen3-q4_k_m", "qwen3-q6_k"} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := engine.Load(filepath.Join(d, name+".gguf"), engine.Options{Threads: 1}); err != nil && strings.Contains(err.Error(), "not supported yet") {

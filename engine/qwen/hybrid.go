@@ -94,28 +94,16 @@ func newHybrid(be engine.Backend, src engine.Source) (*Hybrid, error) {
 	if c.ModelType == "qwen3_5_moe_text" {
 		m.MoE.Normalize = true // its router always renormalises (no norm_topk_prob)
 	}
-	if m.KVHeads == 0 {
-		m.KVHeads = m.Heads
-	}
-	if m.HeadDim == 0 && m.Heads > 0 {
-		m.HeadDim = m.Hidden / m.Heads
-	}
-	prf := c.PartialRotaryFactor
-	if prf == 0 {
-		prf = 1
-	}
+	prf := attnDefaults(m.Hidden, m.Heads, &m.KVHeads, &m.HeadDim, c.PartialRotaryFactor)
 	m.RotaryDim = int(float64(m.HeadDim) * prf) // int() truncation, as transformers
-	switch {
-	case m.Hidden <= 0 || m.Heads <= 0 || m.HeadDim <= 0 || m.Vocab <= 0 || c.NumHiddenLayers <= 0:
+	if m.Hidden <= 0 || m.Heads <= 0 || m.HeadDim <= 0 || m.Vocab <= 0 || c.NumHiddenLayers <= 0 {
 		return nil, fmt.Errorf("config: hidden_size %d, num_attention_heads %d, head_dim %d, vocab_size %d, num_hidden_layers %d must all be positive",
 			m.Hidden, m.Heads, m.HeadDim, m.Vocab, c.NumHiddenLayers)
-	case m.Heads%m.KVHeads != 0:
-		return nil, fmt.Errorf("config: num_attention_heads %d must be a multiple of num_key_value_heads %d", m.Heads, m.KVHeads)
-	case m.RotaryDim <= 0 || m.RotaryDim%2 != 0 || m.RotaryDim > m.HeadDim:
-		return nil, fmt.Errorf("config: rotary dim %d (head_dim %d × partial_rotary_factor %g) must be even and in (0, head_dim]", m.RotaryDim, m.HeadDim, prf)
-	case m.Theta <= 0:
-		return nil, fmt.Errorf("config: rope_theta %g must be positive", m.Theta)
-	case len(c.LayerTypes) != c.NumHiddenLayers:
+	}
+	if err := checkAttn(m.Heads, m.KVHeads, m.HeadDim, m.RotaryDim, prf, m.Theta); err != nil {
+		return nil, err
+	}
+	if len(c.LayerTypes) != c.NumHiddenLayers {
 		return nil, fmt.Errorf("config: field layer_types has %d entries, num_hidden_layers is %d", len(c.LayerTypes), c.NumHiddenLayers)
 	}
 	linear, sparse := false, false
@@ -285,45 +273,19 @@ func (m *Hybrid) bindLinear(b *binder, src engine.Source, p string) *LinearAtten
 // bindAs uploads a tensor of shape `shape` viewed as shape `as` (same elements, same
 // order: dropping unit axes).
 func bindAs(b *binder, name string, shape, as []int) engine.Weight {
-	if b.err != nil {
-		return nil
-	}
-	h, err := b.src.Tensor(name)
-	if err != nil {
-		b.err = err
-		return nil
-	}
-	if !sameShape(h.Shape, shape) {
-		b.err = fmt.Errorf("tensor %s: shape %v, want %v", name, h.Shape, shape)
-		return nil
-	}
-	v := *h
-	v.Shape = as
-	w, err := b.be.Upload(&v)
-	if err != nil {
-		b.err = fmt.Errorf("tensor %s: %w", name, err)
-		return nil
-	}
-	b.weights = append(b.weights, w)
-	return w
+	return b.upload(name, shape, as)
 }
 
 // VocabSize is the number of logits per position.
 func (m *Hybrid) VocabSize() int { return m.Vocab }
 
 // Close releases the uploaded weights; safe to call twice.
-func (m *Hybrid) Close() error {
-	for _, w := range m.weights {
-		m.be.ReleaseWeight(w)
-	}
-	m.weights = nil
-	return nil
-}
+func (m *Hybrid) Close() error { return releaseWeights(m.be, &m.weights) }
 
 // NewCache makes a KV cache per full-attention layer and a recurrent state per
 // linear-attention layer.
 func (m *Hybrid) NewCache() ([]engine.LayerCache, error) {
-	return m.NewCacheKV(func(_, kvHeads, headDim int) (engine.KV, error) { return m.be.NewKV(kvHeads, headDim) })
+	return m.NewCacheKV(plainKV(m.be))
 }
 
 // NewCacheKV is NewCache with the KV caches made by kv (engine.PagedArch).

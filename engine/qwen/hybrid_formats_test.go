@@ -2,15 +2,12 @@ package qwen_test
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
-	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/internal/reftest"
 )
 
 // The MLX 4-bit conversions of the hybrid fixtures, against references computed by
@@ -19,22 +16,8 @@ func TestHybridMLXMatchesReference(t *testing.T) {
 	for _, name := range []string{"qwen3_moe-4bit", "qwen3_next-4bit", "qwen3_5-4bit", "qwen3_5_moe-4bit"} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join("..", "..", "testdata", "mlx", name)
-			raw, err := os.ReadFile(filepath.Join(dir, "ref.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var r hybridRef
-			if err := json.Unmarshal(raw, &r); err != nil {
-				t.Fatal(err)
-			}
-			b, err := os.ReadFile(filepath.Join(dir, "ref_logits.f32"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := make([]float32, len(b)/4)
-			for i := range want {
-				want[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-			}
+			r := reftest.ReadRef(t, dir)
+			want := reftest.ReadF32(t, filepath.Join(dir, "ref_logits.f32"))
 			m, err := engine.Load(dir, engine.Options{Threads: 2, ExactMatMul: true})
 			if err != nil {
 				t.Fatal(err)
@@ -67,24 +50,10 @@ func TestHybridMLXMatchesReference(t *testing.T) {
 // models turn that into different expert choices).
 func TestHybridGGUFMoEMatchesReference(t *testing.T) {
 	gdir := filepath.Join("..", "..", "testdata", "gguf")
-	raw, err := os.ReadFile(filepath.Join(gdir, "ref.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r hybridRef
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
-	}
+	r := reftest.ReadRef(t, gdir)
 	for _, name := range []string{"qwen3moe-q8_0", "qwen3moe-q4_0", "qwen3moe-q4_k_m"} {
 		t.Run(name, func(t *testing.T) {
-			b, err := os.ReadFile(filepath.Join(gdir, name+".ref_logits.f32"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := make([]float32, len(b)/4)
-			for i := range want {
-				want[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-			}
+			want := reftest.ReadF32(t, filepath.Join(gdir, name+".ref_logits.f32"))
 			m, err := engine.Load(filepath.Join(gdir, name+".gguf"), engine.Options{Threads: 2, ExactMatMul: true})
 			if err != nil {
 				t.Fatal(err)

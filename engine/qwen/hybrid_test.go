@@ -2,9 +2,7 @@ package qwen_test
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,42 +13,18 @@ import (
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/checkpoint"
 	"github.com/macpool/macpool/engine/cpu"
+	"github.com/macpool/macpool/internal/reftest"
 )
 
 var hybridFixtures = []string{"qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"}
 
-type hybridRef struct {
-	ModelType    string `json:"model_type"`
-	InputIDs     []int  `json:"input_ids"`
-	LogitsShape  []int  `json:"logits_shape"`
-	GreedyPrompt []int  `json:"greedy_prompt"`
-	GreedyOut    []int  `json:"greedy_out"`
-}
+type hybridRef = reftest.Ref
 
 func hybridDir(name string) string { return filepath.Join("..", "..", "testdata", "hf", name) }
 
 func readHybridRef(t *testing.T, name string) (hybridRef, []float32) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(hybridDir(name), "ref.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r hybridRef
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(hybridDir(name), "ref_logits.f32"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b) != 4*r.LogitsShape[0]*r.LogitsShape[1] {
-		t.Fatalf("ref_logits.f32: %d bytes, want %d", len(b), 4*r.LogitsShape[0]*r.LogitsShape[1])
-	}
-	f := make([]float32, len(b)/4)
-	for i := range f {
-		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return r, f
+	return reftest.Load(t, hybridDir(name))
 }
 
 func loadHybrid(t testing.TB, name string) *engine.Model {
@@ -63,15 +37,7 @@ func loadHybrid(t testing.TB, name string) *engine.Model {
 	return m
 }
 
-func hybridRelL2(got, want []float32) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	return math.Sqrt(num / den)
-}
+var hybridRelL2 = reftest.RelL2
 
 func newCache(t testing.TB, m *engine.Model) *engine.Cache {
 	t.Helper()
@@ -102,14 +68,7 @@ func TestHybridLogitsMatchReference(t *testing.T) {
 			}
 			vocab := r.LogitsShape[1]
 			got := allLogits(t, m, newCache(t, m), r.InputIDs)
-			worst := 0.0
-			for p := range r.InputIDs {
-				e := hybridRelL2(got[p*vocab:(p+1)*vocab], want[p*vocab:(p+1)*vocab])
-				worst = max(worst, e)
-				if e >= 1e-4 {
-					t.Errorf("position %d: relative L2 error %.3g, want < 1e-4", p, e)
-				}
-			}
+			worst := reftest.CheckPositions(t, got, want, vocab, len(r.InputIDs), 1e-4)
 			t.Logf("%s: max relative L2 error over %d positions: %.3g", name, len(r.InputIDs), worst)
 		})
 	}

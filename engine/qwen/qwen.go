@@ -62,6 +62,15 @@ type binder struct {
 }
 
 func (b *binder) bind(name string, shape ...int) engine.Weight {
+	return b.upload(name, shape, nil)
+}
+
+// upload is the one body behind bind and bindAs (hybrid.go), shared so
+// the sticky-error, shape-check and bookkeeping rules cannot drift apart:
+// it checks the tensor's shape against shape and uploads it, viewed as
+// shape as when as is non-nil (a copy of the header, the source's is left
+// alone) or as stored when as is nil.
+func (b *binder) upload(name string, shape, as []int) engine.Weight {
 	if b.err != nil {
 		return nil
 	}
@@ -74,6 +83,11 @@ func (b *binder) bind(name string, shape ...int) engine.Weight {
 		b.err = fmt.Errorf("tensor %s: shape %v, want %v", name, h.Shape, shape)
 		return nil
 	}
+	if as != nil {
+		v := *h
+		v.Shape = as
+		h = &v
+	}
 	w, err := b.be.Upload(h)
 	if err != nil {
 		b.err = fmt.Errorf("tensor %s: %w", name, err)
@@ -81,6 +95,39 @@ func (b *binder) bind(name string, shape ...int) engine.Weight {
 	}
 	b.weights = append(b.weights, w)
 	return w
+}
+
+// attnDefaults and checkAttn are the attention-config rules that newDense
+// and newHybrid share (one copy, so the two families default and reject
+// the same configs alike). attnDefaults fills a zero num_key_value_heads
+// (= heads) and head_dim (= hidden/heads) and returns the
+// partial_rotary_factor, 1 when unset; each caller rounds the rotary dim
+// its own way.
+func attnDefaults(hidden, heads int, kvHeads, headDim *int, partialRotary float64) float64 {
+	if *kvHeads == 0 {
+		*kvHeads = heads
+	}
+	if *headDim == 0 && heads > 0 {
+		*headDim = hidden / heads
+	}
+	if partialRotary == 0 {
+		partialRotary = 1
+	}
+	return partialRotary
+}
+
+// checkAttn runs after the caller's own all-positive check (so kvHeads is
+// not zero): heads grouping, rotary dim and rope_theta.
+func checkAttn(heads, kvHeads, headDim, rotaryDim int, prf, theta float64) error {
+	switch {
+	case heads%kvHeads != 0:
+		return fmt.Errorf("config: num_attention_heads %d must be a multiple of num_key_value_heads %d", heads, kvHeads)
+	case rotaryDim <= 0 || rotaryDim%2 != 0 || rotaryDim > headDim:
+		return fmt.Errorf("config: rotary dim %d (head_dim %d × partial_rotary_factor %g) must be even and in (0, head_dim]", rotaryDim, headDim, prf)
+	case theta <= 0:
+		return fmt.Errorf("config: rope_theta %g must be positive", theta)
+	}
+	return nil
 }
 
 func sameShape(got, want []int) bool {
@@ -103,27 +150,14 @@ func newDense(be engine.Backend, src engine.Source, opts denseOptions) (*Dense, 
 		HeadDim: c.HeadDim, Intermediate: c.IntermediateSize, Vocab: c.VocabSize,
 		Eps: float32(c.RMSNormEps), Theta: c.RopeTheta,
 	}
-	if m.KVHeads == 0 {
-		m.KVHeads = m.Heads
-	}
-	if m.HeadDim == 0 && m.Heads > 0 {
-		m.HeadDim = m.Hidden / m.Heads
-	}
-	prf := c.PartialRotaryFactor
-	if prf == 0 {
-		prf = 1
-	}
+	prf := attnDefaults(m.Hidden, m.Heads, &m.KVHeads, &m.HeadDim, c.PartialRotaryFactor)
 	m.RotaryDim = int(math.Round(float64(m.HeadDim) * prf))
-	switch {
-	case m.Hidden <= 0 || m.Heads <= 0 || m.HeadDim <= 0 || m.Intermediate <= 0 || m.Vocab <= 0 || c.NumHiddenLayers <= 0:
+	if m.Hidden <= 0 || m.Heads <= 0 || m.HeadDim <= 0 || m.Intermediate <= 0 || m.Vocab <= 0 || c.NumHiddenLayers <= 0 {
 		return nil, fmt.Errorf("config: hidden_size %d, num_attention_heads %d, head_dim %d, intermediate_size %d, vocab_size %d, num_hidden_layers %d must all be positive",
 			m.Hidden, m.Heads, m.HeadDim, m.Intermediate, m.Vocab, c.NumHiddenLayers)
-	case m.Heads%m.KVHeads != 0:
-		return nil, fmt.Errorf("config: num_attention_heads %d must be a multiple of num_key_value_heads %d", m.Heads, m.KVHeads)
-	case m.RotaryDim <= 0 || m.RotaryDim%2 != 0 || m.RotaryDim > m.HeadDim:
-		return nil, fmt.Errorf("config: rotary dim %d (head_dim %d × partial_rotary_factor %g) must be even and in (0, head_dim]", m.RotaryDim, m.HeadDim, prf)
-	case m.Theta <= 0:
-		return nil, fmt.Errorf("config: rope_theta %g must be positive", m.Theta)
+	}
+	if err := checkAttn(m.Heads, m.KVHeads, m.HeadDim, m.RotaryDim, prf, m.Theta); err != nil {
+		return nil, err
 	}
 	for i, t := range c.LayerTypes {
 		if t != "" && t != "full_attention" {
@@ -175,17 +209,26 @@ func newDense(be engine.Backend, src engine.Source, opts denseOptions) (*Dense, 
 func (m *Dense) VocabSize() int { return m.Vocab }
 
 // Close releases the uploaded weights; safe to call twice.
-func (m *Dense) Close() error {
-	for _, w := range m.weights {
-		m.be.ReleaseWeight(w)
+func (m *Dense) Close() error { return releaseWeights(m.be, &m.weights) }
+
+// NewCache makes one KV cache per layer.
+func (m *Dense) NewCache() ([]engine.LayerCache, error) { return m.NewCacheKV(plainKV(m.be)) }
+
+// releaseWeights is Close for Dense and Hybrid (shared: both keep every
+// uploaded weight in one slice): it releases them and empties *ws, so a
+// second call does nothing.
+func releaseWeights(be engine.Backend, ws *[]engine.Weight) error {
+	for _, w := range *ws {
+		be.ReleaseWeight(w)
 	}
-	m.weights = nil
+	*ws = nil
 	return nil
 }
 
-// NewCache makes one KV cache per layer.
-func (m *Dense) NewCache() ([]engine.LayerCache, error) {
-	return m.NewCacheKV(func(_, kvHeads, headDim int) (engine.KV, error) { return m.be.NewKV(kvHeads, headDim) })
+// plainKV is the newKV that Dense and Hybrid NewCache pass to NewCacheKV
+// (shared: both make their unpaged KV caches straight from the backend).
+func plainKV(be engine.Backend) func(layer, kvHeads, headDim int) (engine.KV, error) {
+	return func(_, kvHeads, headDim int) (engine.KV, error) { return be.NewKV(kvHeads, headDim) }
 }
 
 // NewCacheKV is NewCache with the KV caches made by kv (engine.PagedArch).

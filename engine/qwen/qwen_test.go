@@ -2,51 +2,24 @@ package qwen_test
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
-	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/macpool/macpool/engine"
 	_ "github.com/macpool/macpool/engine/cpu"
 	_ "github.com/macpool/macpool/engine/qwen"
+	"github.com/macpool/macpool/internal/reftest"
 )
 
 var fixtures = []string{"qwen2", "qwen3", "qwen3_tied"}
 
-type ref struct {
-	InputIDs     []int `json:"input_ids"`
-	LogitsShape  []int `json:"logits_shape"`
-	GreedyPrompt []int `json:"greedy_prompt"`
-	GreedyOut    []int `json:"greedy_out"`
-}
+type ref = reftest.Ref
 
 func dir(name string) string { return filepath.Join("..", "..", "testdata", "hf", name) }
 
 func loadRef(t *testing.T, name string) (ref, []float32) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dir(name), "ref.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r ref
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir(name), "ref_logits.f32"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b) != 4*r.LogitsShape[0]*r.LogitsShape[1] {
-		t.Fatalf("ref_logits.f32: %d bytes, want %d", len(b), 4*r.LogitsShape[0]*r.LogitsShape[1])
-	}
-	f := make([]float32, len(b)/4)
-	for i := range f {
-		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return r, f
+	return reftest.Load(t, dir(name))
 }
 
 func load(t testing.TB, name string, threads int) *engine.Model {
@@ -59,16 +32,7 @@ func load(t testing.TB, name string, threads int) *engine.Model {
 	return m
 }
 
-// relL2 is ||got-want|| / ||want||.
-func relL2(got, want []float32) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	return math.Sqrt(num / den)
-}
+var relL2 = reftest.RelL2
 
 func forwardAll(t *testing.T, m *engine.Model, c *engine.Cache, ids []int) []float32 {
 	t.Helper()
@@ -94,14 +58,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			}
 			defer c.Free()
 			got := forwardAll(t, m, c, r.InputIDs)
-			worst := 0.0
-			for p := range r.InputIDs {
-				e := relL2(got[p*vocab:(p+1)*vocab], want[p*vocab:(p+1)*vocab])
-				worst = max(worst, e)
-				if e >= 1e-4 {
-					t.Errorf("position %d: relative L2 error %.3g, want < 1e-4", p, e)
-				}
-			}
+			worst := reftest.CheckPositions(t, got, want, vocab, len(r.InputIDs), 1e-4)
 			t.Logf("%s: max relative L2 error over %d positions: %.3g", name, len(r.InputIDs), worst)
 		})
 	}

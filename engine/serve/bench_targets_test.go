@@ -9,8 +9,7 @@ import (
 	"time"
 
 	"github.com/macpool/macpool/engine"
-	"github.com/macpool/macpool/engine/cpu"
-	"github.com/macpool/macpool/engine/synth"
+	"github.com/macpool/macpool/internal/reftest"
 )
 
 // TestBenchTargets measures the batching targets on a random model of
@@ -22,26 +21,7 @@ func TestBenchTargets(t *testing.T) {
 	if os.Getenv("MACPOOL_BENCH_TARGETS") == "" {
 		t.Skip("set MACPOOL_BENCH_TARGETS=1 to measure")
 	}
-	c, err := synth.Config("qwen3-0.6b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := synth.New(c, synth.Q8_0, 1, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc := cpu.DefaultConfig()
-	cc.Threads = 2
-	be, err := cpu.New(cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
-	m, err := engine.New(be, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := reftest.SynthModel(t, "qwen3-0.6b", 2)
 	ctx := context.Background()
 	bench := func(cfg BenchConfig) BenchResult {
 		t.Helper()
@@ -86,20 +66,7 @@ func TestForwardBatchCost(t *testing.T) {
 	if os.Getenv("MACPOOL_BENCH_TARGETS") == "" {
 		t.Skip("set MACPOOL_BENCH_TARGETS=1 to measure")
 	}
-	c, _ := synth.Config("qwen3-0.6b")
-	src, err := synth.New(c, synth.Q8_0, 1, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc := cpu.DefaultConfig()
-	cc.Threads = 2
-	be, _ := cpu.New(cc)
-	defer be.Close()
-	m, err := engine.New(be, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := reftest.SynthModel(t, "qwen3-0.6b", 2)
 	kc := engine.DefaultKVPoolConfig()
 	kc.MaxBlocks = 200
 	pool, err := m.NewKVPool(kc)

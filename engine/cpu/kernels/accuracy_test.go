@@ -1,11 +1,6 @@
 package kernels_test
 
 import (
-	"context"
-	"encoding/binary"
-	"encoding/json"
-	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -14,6 +9,7 @@ import (
 	"github.com/macpool/macpool/engine"
 	_ "github.com/macpool/macpool/engine/cpu"
 	_ "github.com/macpool/macpool/engine/qwen"
+	"github.com/macpool/macpool/internal/reftest"
 )
 
 // The accuracy of the int8-activation path on whole models: the GGUF
@@ -26,106 +22,37 @@ import (
 
 const testdata = "../../../testdata"
 
-func readF32(t *testing.T, path string) []float32 {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := make([]float32, len(b)/4)
-	for i := range f {
-		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return f
-}
-
-func relL2(got, want []float32) float64 {
-	var num, den float64
-	for i := range got {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	return math.Sqrt(num / den)
-}
-
-// maxRelL2 is the worst per-position relative L2 error.
-func maxRelL2(got, want []float32, vocab int) float64 {
-	worst := 0.0
-	for p := 0; p < len(want)/vocab; p++ {
-		worst = max(worst, relL2(got[p*vocab:(p+1)*vocab], want[p*vocab:(p+1)*vocab]))
-	}
-	return worst
-}
-
 // medianRelL2 is the median per-position relative L2 error.
 func medianRelL2(got, want []float32, vocab int) float64 {
 	var e []float64
 	for p := 0; p < len(want)/vocab; p++ {
-		e = append(e, relL2(got[p*vocab:(p+1)*vocab], want[p*vocab:(p+1)*vocab]))
+		e = append(e, reftest.RelL2(got[p*vocab:(p+1)*vocab], want[p*vocab:(p+1)*vocab]))
 	}
 	sort.Float64s(e)
 	return e[len(e)/2]
 }
 
-type refJSON struct {
-	InputIDs    []int `json:"input_ids"`
-	LogitsShape []int `json:"logits_shape"`
-}
-
-func readRef(t *testing.T, dir string) refJSON {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dir, "ref.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r refJSON
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-func logits(t *testing.T, path string, ids []int, opts engine.Options) []float32 {
-	t.Helper()
-	m, err := engine.Load(path, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	c, err := m.NewCache()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Free()
-	out, err := m.Forward(context.Background(), []engine.Seq{{Cache: c, Tokens: ids, AllLogits: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out[0]
-}
-
 func TestQuantizedActivationsVsLlamaCpp(t *testing.T) {
 	dir := filepath.Join(testdata, "gguf")
-	ref := readRef(t, dir)
+	ref := reftest.ReadRef(t, dir)
 	vocab := ref.LogitsShape[1]
 	// The baseline: how far llama.cpp's own CPU output is from the exact
 	// references, for every fixture.
 	files, _ := filepath.Glob(filepath.Join(dir, "*.llamacpp_logits.f32"))
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".llamacpp_logits.f32")
-		want := readF32(t, filepath.Join(dir, name+".ref_logits.f32"))
-		got := readF32(t, f)
-		t.Logf("baseline llama.cpp %s: per-position rel-L2 max %.3g median %.3g", name, maxRelL2(got, want, vocab), medianRelL2(got, want, vocab))
+		want := reftest.ReadF32(t, filepath.Join(dir, name+".ref_logits.f32"))
+		got := reftest.ReadF32(t, f)
+		t.Logf("baseline llama.cpp %s: per-position rel-L2 max %.3g median %.3g", name, reftest.MaxRelL2(got, want, vocab), medianRelL2(got, want, vocab))
 	}
 	for _, name := range []string{"qwen3-q8_0", "qwen3-q4_0", "qwen3moe-q8_0", "qwen3moe-q4_0"} {
 		t.Run(name, func(t *testing.T) {
-			want := readF32(t, filepath.Join(dir, name+".ref_logits.f32"))
-			llama := maxRelL2(readF32(t, filepath.Join(dir, name+".llamacpp_logits.f32")), want, vocab)
-			lg := logits(t, filepath.Join(dir, name+".gguf"), ref.InputIDs, engine.Options{Threads: 2})
-			got := maxRelL2(lg, want, vocab)
+			want := reftest.ReadF32(t, filepath.Join(dir, name+".ref_logits.f32"))
+			llama := reftest.MaxRelL2(reftest.ReadF32(t, filepath.Join(dir, name+".llamacpp_logits.f32")), want, vocab)
+			lg := reftest.Logits(t, filepath.Join(dir, name+".gguf"), ref.InputIDs, engine.Options{Threads: 2})
+			got := reftest.MaxRelL2(lg, want, vocab)
 			t.Logf("%s: int8 activations median rel-L2 %.3g", name, medianRelL2(lg, want, vocab))
-			exact := maxRelL2(logits(t, filepath.Join(dir, name+".gguf"), ref.InputIDs, engine.Options{Threads: 2, ExactMatMul: true}), want, vocab)
+			exact := reftest.MaxRelL2(reftest.Logits(t, filepath.Join(dir, name+".gguf"), ref.InputIDs, engine.Options{Threads: 2, ExactMatMul: true}), want, vocab)
 			t.Logf("%s: max per-position rel-L2 vs exact reference: int8 activations %.3g, exact path %.3g, llama.cpp %.3g", name, got, exact, llama)
 			bound := 1.25 * llama
 			if strings.HasPrefix(name, "qwen3moe") {
@@ -145,15 +72,15 @@ func TestQuantizedActivationsVsLlamaCpp(t *testing.T) {
 // against its float32 reference logits.
 func TestQuantizeOnLoad(t *testing.T) {
 	dir := filepath.Join(testdata, "hf", "qwen3")
-	ref := readRef(t, dir)
-	want := readF32(t, filepath.Join(dir, "ref_logits.f32"))
+	ref := reftest.ReadRef(t, dir)
+	want := reftest.ReadF32(t, filepath.Join(dir, "ref_logits.f32"))
 	vocab := ref.LogitsShape[1]
 	for _, c := range []struct {
 		q     string
 		bound float64
 	}{{"", 1e-4}, {"q8", 0.05}, {"q4", 0.6}} {
-		got := maxRelL2(logits(t, dir, ref.InputIDs, engine.Options{Threads: 2, Quantize: c.q}), want, vocab)
-		exact := maxRelL2(logits(t, dir, ref.InputIDs, engine.Options{Threads: 2, Quantize: c.q, ExactMatMul: true}), want, vocab)
+		got := reftest.MaxRelL2(reftest.Logits(t, dir, ref.InputIDs, engine.Options{Threads: 2, Quantize: c.q}), want, vocab)
+		exact := reftest.MaxRelL2(reftest.Logits(t, dir, ref.InputIDs, engine.Options{Threads: 2, Quantize: c.q, ExactMatMul: true}), want, vocab)
 		t.Logf("quantize %q: max per-position rel-L2 vs hf reference %.3g (float32 activations: %.3g)", c.q, got, exact)
 		if got > c.bound {
 			t.Errorf("quantize %q: rel-L2 %.3g > %.3g", c.q, got, c.bound)
@@ -166,12 +93,12 @@ func TestQuantizeOnLoad(t *testing.T) {
 func TestMLXQuantizedActivations(t *testing.T) {
 	for _, name := range []string{"qwen3-4bit", "qwen3-8bit", "qwen3_moe-4bit"} {
 		dir := filepath.Join(testdata, "mlx", name)
-		ref := readRef(t, dir)
-		want := readF32(t, filepath.Join(dir, "ref_logits.f32"))
+		ref := reftest.ReadRef(t, dir)
+		want := reftest.ReadF32(t, filepath.Join(dir, "ref_logits.f32"))
 		vocab := ref.LogitsShape[1]
-		lg := logits(t, dir, ref.InputIDs, engine.Options{Threads: 2})
-		got, med := maxRelL2(lg, want, vocab), medianRelL2(lg, want, vocab)
-		exact := maxRelL2(logits(t, dir, ref.InputIDs, engine.Options{Threads: 2, ExactMatMul: true}), want, vocab)
+		lg := reftest.Logits(t, dir, ref.InputIDs, engine.Options{Threads: 2})
+		got, med := reftest.MaxRelL2(lg, want, vocab), medianRelL2(lg, want, vocab)
+		exact := reftest.MaxRelL2(reftest.Logits(t, dir, ref.InputIDs, engine.Options{Threads: 2, ExactMatMul: true}), want, vocab)
 		t.Logf("%s: per-position rel-L2 vs exact reference: int8 activations max %.3g median %.3g, exact path max %.3g", name, got, med, exact)
 		if strings.Contains(name, "moe") {
 			// Expert choices flip under small perturbations on these tiny
@@ -193,17 +120,17 @@ func TestMLXQuantizedActivations(t *testing.T) {
 // llama.cpp's output.
 func TestKQuantRequantized(t *testing.T) {
 	dir := filepath.Join(testdata, "gguf")
-	ref := readRef(t, dir)
+	ref := reftest.ReadRef(t, dir)
 	vocab := ref.LogitsShape[1]
 	for _, name := range []string{"qwen3-q4_k_m", "qwen3-q6_k"} {
-		want := readF32(t, filepath.Join(dir, name+".ref_logits.f32"))
-		llama := readF32(t, filepath.Join(dir, name+".llamacpp_logits.f32"))
-		lg := logits(t, filepath.Join(dir, name+".gguf"), ref.InputIDs, engine.Options{Threads: 2, Quantize: "q8"})
-		got, med := maxRelL2(lg, want, vocab), medianRelL2(lg, want, vocab)
-		t.Logf("%s --quantize q8: rel-L2 max %.3g median %.3g (llama.cpp max %.3g median %.3g)", name, got, med, maxRelL2(llama, want, vocab), medianRelL2(llama, want, vocab))
+		want := reftest.ReadF32(t, filepath.Join(dir, name+".ref_logits.f32"))
+		llama := reftest.ReadF32(t, filepath.Join(dir, name+".llamacpp_logits.f32"))
+		lg := reftest.Logits(t, filepath.Join(dir, name+".gguf"), ref.InputIDs, engine.Options{Threads: 2, Quantize: "q8"})
+		got, med := reftest.MaxRelL2(lg, want, vocab), medianRelL2(lg, want, vocab)
+		t.Logf("%s --quantize q8: rel-L2 max %.3g median %.3g (llama.cpp max %.3g median %.3g)", name, got, med, reftest.MaxRelL2(llama, want, vocab), medianRelL2(llama, want, vocab))
 		// Requantizing adds the Q8_0 rounding of the weights (~0.4% each):
 		// about 1.5× llama.cpp's error on these fixtures.
-		if got > 2*maxRelL2(llama, want, vocab) {
+		if got > 2*reftest.MaxRelL2(llama, want, vocab) {
 			t.Errorf("%s: rel-L2 %.3g > 2 × llama.cpp's", name, got)
 		}
 	}
