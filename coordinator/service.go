@@ -464,7 +464,9 @@ func (s *stream) track(ce *cluster.Event) *api.Event {
 	ev := &ce.Event
 	i := ev.Choice
 	hasText := ev.Text != "" || ev.Reasoning != "" || len(ev.ToolCalls) > 0
-	if hasText && len(ce.Tokens) == 0 {
+	// A choice's last event may carry only flushed held-back text whose
+	// tokens went with earlier events: nothing of it is left to resume.
+	if hasText && len(ce.Tokens) == 0 && ev.FinishReason == "" {
 		s.resumable = false
 	}
 	if s.roleSent == nil {

@@ -79,9 +79,9 @@ func (f *workerFlags) engine(logger *slog.Logger) (worker.Engine, string, func()
 
 // serveEngine adapts engine/serve to worker.ResumeEngine: a job requeued
 // with resume tokens (mid-stream failover) continues through
-// serve.GenerateResume. serve's events do not carry token ids yet, so the
-// events it emits report none: the coordinator then treats its jobs as not
-// resumable and a worker failure still ends them with a 503 (docs/cluster.md).
+// serve.GenerateResumeTokens, whose events report the ids of the generated
+// tokens behind them, so the coordinator can resume its jobs on another
+// worker (docs/cluster.md).
 type serveEngine struct{ *serve.Engine }
 
 func (e serveEngine) GenerateResume(ctx context.Context, job *api.Job, r *worker.Resume, emit func(*api.Event, []int) error) error {
@@ -89,7 +89,7 @@ func (e serveEngine) GenerateResume(ctx context.Context, job *api.Job, r *worker
 	if r != nil {
 		sr = &serve.Resume{Tokens: r.Tokens}
 	}
-	return e.Engine.GenerateResume(ctx, job, sr, func(ev *api.Event) error { return emit(ev, nil) })
+	return e.Engine.GenerateResumeTokens(ctx, job, sr, emit)
 }
 
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -22,7 +22,7 @@ type choiceResult struct {
 }
 
 // runChoice generates choice i of p as its own sequence.
-func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.Event) error) (choiceResult, error) {
+func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.Event, []int) error) (choiceResult, error) {
 	var res choiceResult
 	select {
 	case e.slots <- struct{}{}:
@@ -53,7 +53,7 @@ func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.E
 	}
 	out := e.newOutput(p, i, emit)
 	if p.kind == api.KindChat && len(resumed) == 0 {
-		if err := emit(&api.Event{Choice: i, Role: openai.RoleAssistant}); err != nil {
+		if err := emit(&api.Event{Choice: i, Role: openai.RoleAssistant}, nil); err != nil {
 			return res, err
 		}
 	}
@@ -122,6 +122,7 @@ func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.E
 			out.logprob(sample.Logprobs(raw, id, p.top))
 		}
 		if (con != nil && con.done) || (!p.ignoreEOS && slices.Contains(e.eos, id)) {
+			out.ids = append(out.ids, id) // rides on the last event
 			finish = "stop"
 			break
 		}
@@ -155,7 +156,7 @@ func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.E
 type output struct {
 	e      *Engine
 	choice int
-	emit   func(*api.Event) error
+	emit   func(*api.Event, []int) error
 	chat   bool
 
 	stream   *tokenizer.Stream
@@ -167,13 +168,14 @@ type output struct {
 	calls    int // calls seen (index+1 of the highest)
 	lps      []openai.TokenLogprob
 	wantLP   bool
-	silent   bool // replaying resumed tokens: emit nothing
+	silent   bool  // replaying resumed tokens: emit nothing
+	ids      []int // generated tokens not yet reported with an event
 
 	inThink         bool
 	reasoningTokens int
 }
 
-func (e *Engine) newOutput(p *plan, i int, emit func(*api.Event) error) *output {
+func (e *Engine) newOutput(p *plan, i int, emit func(*api.Event, []int) error) *output {
 	o := &output{e: e, choice: i, emit: emit, chat: p.kind == api.KindChat, stream: e.tok.NewStream(),
 		stop: stop.New(p.stops), parallel: p.parallel, wantLP: p.logprobs, inThink: p.promptOpen}
 	if o.chat && p.reasoning {
@@ -217,6 +219,9 @@ func (e *Engine) tokenLogprob(id int, lp float32) openai.TokenLogprob {
 // string.
 func (o *output) token(id int) (stopped bool, err error) {
 	e := o.e
+	if !o.silent {
+		o.ids = append(o.ids, id) // reported with the next event emitted
+	}
 	if id == e.thinkOpen {
 		o.inThink = true
 	}
@@ -295,11 +300,13 @@ func (o *output) push(text, reason string) error {
 		return nil
 	}
 	if ev.Text == "" && ev.Reasoning == "" && len(ev.ToolCalls) == 0 && !final {
-		return nil // logprobs wait for the event that carries their text
+		return nil // logprobs and token ids wait for the event that carries their text
 	}
 	if len(o.lps) > 0 {
 		ev.Logprobs = &openai.ChoiceLogprobs{Content: o.lps, Refusal: []openai.TokenLogprob{}}
 		o.lps = nil
 	}
-	return o.emit(ev)
+	ids := o.ids
+	o.ids = nil
+	return o.emit(ev, ids)
 }

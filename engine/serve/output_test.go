@@ -31,7 +31,7 @@ func TestOutputPipeline(t *testing.T) {
 			p := &plan{kind: api.KindChat, reasoning: true, parseTools: true, parallel: tc.parallel, stops: tc.stops,
 				tools: []toolcall.Tool{{Name: "get_weather"}, {Name: "set_alarm"}}}
 			r := &result{}
-			collect := func(ev *api.Event) error {
+			collect := func(ev *api.Event, _ []int) error {
 				r.events = append(r.events, ev)
 				return nil
 			}

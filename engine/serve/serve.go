@@ -386,13 +386,30 @@ type Resume struct {
 
 // GenerateResume is Generate continuing from r (nil: from scratch).
 func (e *Engine) GenerateResume(ctx context.Context, job *api.Job, r *Resume, emit func(*api.Event) error) error {
+	return e.GenerateResumeTokens(ctx, job, r, func(ev *api.Event, _ []int) error { return emit(ev) })
+}
+
+// GenerateResumeTokens is GenerateResume that also reports, with every
+// event of a choice, the ids of the generated tokens behind it (the shape of
+// worker.ResumeEngine). Every generated token of a choice is reported
+// exactly once, in order: a token goes with the first event emitted after
+// it entered the output pipeline (detokenizer, stop strings, reasoning and
+// tool-call parsers), so ids whose text is held back ride on the event that
+// finally carries text, and the ids delivered up to an event are exactly the
+// tokens whose processing produced the text delivered so far. Resuming from
+// them replays those tokens silently through the same pipeline, which
+// restores any held-back text, so the continuation is the uninterrupted
+// run's remainder. The EOS (or the token that completed a constraint) goes
+// with the choice's last event; resumed tokens, the role event and the usage
+// event carry none.
+func (e *Engine) GenerateResumeTokens(ctx context.Context, job *api.Job, r *Resume, emit func(*api.Event, []int) error) error {
 	select {
 	case <-e.quit:
 		return openai.Unavailable("model %s is shutting down", e.cfg.ModelName)
 	default:
 	}
 	if job.Kind == api.KindEmbedding {
-		return e.embed(ctx, job, emit) // embed.go; nothing to resume
+		return e.embed(ctx, job, func(ev *api.Event) error { return emit(ev, nil) }) // embed.go; nothing to resume
 	}
 	p, oe := e.plan(job)
 	if oe != nil {
@@ -416,13 +433,13 @@ func (e *Engine) GenerateResume(ctx context.Context, job *api.Job, r *Resume, em
 		}
 	}
 	var mu sync.Mutex
-	safeEmit := func(ev *api.Event) error {
+	safeEmit := func(ev *api.Event, tokens []int) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		return emit(ev)
+		return emit(ev, tokens)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -460,7 +477,7 @@ func (e *Engine) GenerateResume(ctx context.Context, job *api.Job, r *Resume, em
 	if p.kind == api.KindChat {
 		u.CompletionTokensDetails = &openai.CompletionTokensDetails{ReasoningTokens: reasoning}
 	}
-	return safeEmit(&api.Event{Usage: u})
+	return safeEmit(&api.Event{Usage: u}, nil)
 }
 
 // newSeed is the seed of a request without one.

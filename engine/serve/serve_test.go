@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -468,4 +469,97 @@ func TestReasoningPromptOpen(t *testing.T) {
 	if c.reasoning != "" || c.text == "" {
 		t.Errorf("enable_thinking false: reasoning %q content %q, want all content", c.reasoning, c.text)
 	}
+}
+
+// TestResumeFromEventTokens resumes a seeded generation from the token ids
+// its events reported, cut after each event: the continuation must be the
+// uninterrupted run's remainder, and the ids must cover every generated
+// token exactly once.
+func TestResumeFromEventTokens(t *testing.T) {
+	e := newEngine(t, "qwen3", nil)
+	var stops []string
+	job := func() *api.Job {
+		return completionJob("Resume me", func(r *openai.CompletionRequest) {
+			r.MaxTokens = ptr(16)
+			r.Temperature = ptr(1.0)
+			r.Seed = ptr(int64(7))
+			r.IgnoreEOS = true
+			r.Stop = stops
+		})
+	}
+	first := resumeFromEventTokens(t, e, job)
+	// Stop strings that never match but start with some tokens' text hold
+	// that text back: its ids ride on a later event.
+	for _, k := range []int{1, 4, 9} {
+		stops = append(stops, first[k]+"\x00never")
+	}
+	if n := len(resumeFromEventTokens(t, e, job)); n >= 16 {
+		t.Errorf("stop strings %q held nothing back (%d events with ids)", stops, n)
+	}
+}
+
+// resumeFromEventTokens runs job, checks resuming after every event and
+// returns the text of the events that carried ids.
+func resumeFromEventTokens(t *testing.T, e *Engine, job func() *api.Job) []string {
+	t.Helper()
+	type cut struct {
+		ids  int    // ids delivered through this event
+		text string // text delivered through this event
+	}
+	var ids []int
+	var text strings.Builder
+	var cuts []cut
+	err := e.GenerateResumeTokens(context.Background(), job(), nil, func(ev *api.Event, toks []int) error {
+		if ev.Text != "" && len(toks) == 0 && ev.FinishReason == "" {
+			t.Errorf("event with text %q and no token ids", ev.Text)
+		}
+		if ev.Usage != nil && len(toks) > 0 {
+			t.Errorf("usage event with token ids %v", toks)
+		}
+		ids = append(ids, toks...)
+		text.WriteString(ev.Text)
+		if len(toks) > 0 {
+			cuts = append(cuts, cut{len(ids), text.String()})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := text.String()
+	t.Logf("%d ids over %d events: %q", len(ids), len(cuts), full)
+	var texts []string
+	prev := ""
+	for _, c := range cuts {
+		texts = append(texts, c.text[len(prev):])
+		prev = c.text
+	}
+	if len(ids) != 16 {
+		t.Fatalf("events reported %d token ids, want 16", len(ids))
+	}
+	if len(cuts) < 2 {
+		t.Fatalf("only %d events carried ids", len(cuts))
+	}
+	if got := mustRun(t, e, job()).choices[0].text; got != full {
+		t.Fatalf("GenerateResumeTokens text %q, Generate %q", full, got)
+	}
+	for _, c := range cuts[:len(cuts)-1] {
+		var got strings.Builder
+		var rest []int
+		err := e.GenerateResumeTokens(context.Background(), job(), &Resume{Tokens: [][]int{ids[:c.ids]}}, func(ev *api.Event, toks []int) error {
+			got.WriteString(ev.Text)
+			rest = append(rest, toks...)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := full[len(c.text):]; got.String() != want {
+			t.Errorf("resumed after %d ids: text %q, want %q", c.ids, got.String(), want)
+		}
+		if !slices.Equal(rest, ids[c.ids:]) {
+			t.Errorf("resumed after %d ids: ids %v, want %v", c.ids, rest, ids[c.ids:])
+		}
+	}
+	return texts
 }
