@@ -272,19 +272,30 @@ func TestBench(t *testing.T) {
 
 // n = 3 choices of one long prompt prefill it once: the others wait and
 // take its blocks from the prefix cache.
+//
+// Under heavy CPU contention the choices can reach the scheduler far enough
+// apart that they prefill separately (correct, only slower), so the sharing
+// is required in at least one of a few attempts on fresh engines; the
+// outputs must agree in every attempt.
 func TestChoicesSharePrompt(t *testing.T) {
-	e := fixtureEngine(t, "qwen3", nil)
 	prompt := mixedRequests(8)[7].prompt // 120 tokens
-	job := tokenJob(prompt, 5)
-	job.Completion.N = ptr(3)
-	job.Completion.Temperature = ptr(0.0)
-	r := mustRun(t, e, job)
-	if len(r.choices) != 3 || r.choices[0].text != r.choices[1].text || r.choices[0].text != r.choices[2].text {
-		t.Fatalf("greedy choices differ: %+v", r.choices)
+	var hits []int64
+	for attempt := 0; attempt < 3; attempt++ {
+		e := fixtureEngine(t, "qwen3", nil)
+		job := tokenJob(prompt, 5)
+		job.Completion.N = ptr(3)
+		job.Completion.Temperature = ptr(0.0)
+		r := mustRun(t, e, job)
+		if len(r.choices) != 3 || r.choices[0].text != r.choices[1].text || r.choices[0].text != r.choices[2].text {
+			t.Fatalf("greedy choices differ: %+v", r.choices)
+		}
+		st := e.Stats().KV
+		if st.HitTokens == 2*112 {
+			return
+		}
+		hits = append(hits, st.HitTokens)
 	}
-	if st := e.Stats().KV; st.HitTokens != 2*112 {
-		t.Errorf("prefix cache supplied %d tokens, want 2×112 (%+v)", st.HitTokens, st)
-	}
+	t.Errorf("prefix cache supplied %v tokens in 3 attempts, want 2×112 in at least one", hits)
 }
 
 // A prompt that can never fit the KV pool fails with 503 instead of waiting
