@@ -1,8 +1,6 @@
 package api
 
 import (
-	"errors"
-	"io"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -36,37 +34,10 @@ func (s *Server) embeddings(c *gin.Context) {
 	n := req.Input.Len()
 	vecs := make([][]float32, n)
 	got := 0
-	var usage *openai.Usage
-	worker := ""
-	for {
-		ev, err := st.Recv(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return // client gone
-			}
-			writeError(c, asError(err))
-			return
-		}
-		if ev.Worker != "" {
-			if worker == "" {
-				c.Header(HeaderWorker, ev.Worker)
-			}
-			worker = ev.Worker
-		}
-		if ev.Err != nil {
-			writeError(c, ev.Err)
-			return
-		}
-		if ev.Usage != nil {
-			usage = ev.Usage
-		}
+	usage, worker, ok := collect(ctx, c, st, func(ev *Event) *openai.Error {
 		for _, v := range ev.Embeddings {
 			if v.Index < 0 || v.Index >= n {
-				writeError(c, openai.ServerError("worker sent embedding %d of a request with %d inputs", v.Index, n))
-				return
+				return openai.ServerError("worker sent embedding %d of a request with %d inputs", v.Index, n)
 			}
 			if v.Vector == nil {
 				v.Vector = []float32{}
@@ -76,6 +47,10 @@ func (s *Server) embeddings(c *gin.Context) {
 			}
 			vecs[v.Index] = v.Vector // a repeat (job rerun after a failover) replaces
 		}
+		return nil
+	})
+	if !ok {
+		return
 	}
 	if got != n {
 		writeError(c, openai.ServerError("worker sent %d embeddings for %d inputs", got, n))

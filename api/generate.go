@@ -42,19 +42,29 @@ func (s *Server) serve(c *gin.Context, job *Job, stream, includeUsage bool, g ge
 }
 
 func (s *Server) aggregate(ctx context.Context, c *gin.Context, st Stream, g generation) {
-	var usage *openai.Usage
-	worker := ""
+	usage, worker, ok := collect(ctx, c, st, g.add)
+	if !ok {
+		return
+	}
+	writeJSON(c, http.StatusOK, g.response(usage, worker))
+}
+
+// collect receives a non-streamed job's events until the end, setting the
+// worker header from the first event that names one and passing each event
+// to add. Every error (a Recv failure, an error event, add's) is written as
+// the response; ok is false then, or when the client went away. Shared by the
+// generation and embedding handlers so both treat workers and errors alike.
+func collect(ctx context.Context, c *gin.Context, st Stream, add func(*Event) *openai.Error) (usage *openai.Usage, worker string, ok bool) {
 	for {
 		ev, err := st.Recv(ctx)
 		if errors.Is(err, io.EOF) {
-			break
+			return usage, worker, true
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return // client gone
+			if ctx.Err() == nil { // else the client is gone
+				writeError(c, asError(err))
 			}
-			writeError(c, asError(err))
-			return
+			return nil, "", false
 		}
 		if ev.Worker != "" {
 			if worker == "" {
@@ -64,17 +74,16 @@ func (s *Server) aggregate(ctx context.Context, c *gin.Context, st Stream, g gen
 		}
 		if ev.Err != nil {
 			writeError(c, ev.Err)
-			return
+			return nil, "", false
 		}
 		if ev.Usage != nil {
 			usage = ev.Usage
 		}
-		if e := g.add(ev); e != nil {
+		if e := add(ev); e != nil {
 			writeError(c, e)
-			return
+			return nil, "", false
 		}
 	}
-	writeJSON(c, http.StatusOK, g.response(usage, worker))
 }
 
 func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st Stream, includeUsage bool, g generation) {
