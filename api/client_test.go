@@ -83,9 +83,7 @@ func TestChatNonStream(t *testing.T) {
 	if job.Kind != KindChat || job.Model != "qwen3-8b" || job.ID != rid || job.Chat == nil || len(job.Chat.Tools) != 1 || !job.Chat.Logprobs {
 		t.Errorf("job = %+v", job)
 	}
-	if st := svc.lastStream(t); st.closes.Load() != 1 {
-		t.Errorf("stream closed %d times, want 1", st.closes.Load())
-	}
+	closedOnce(t, svc.lastStream(t))
 }
 
 func TestChatStream(t *testing.T) {
@@ -157,9 +155,7 @@ func TestChatStream(t *testing.T) {
 	if got.Usage.TotalTokens != 32 || got.Usage.PromptTokensDetails.CachedTokens != 8 || got.Usage.CompletionTokensDetails.ReasoningTokens != 6 {
 		t.Errorf("usage = %+v", got.Usage)
 	}
-	if st := svc.lastStream(t); st.closes.Load() != 1 {
-		t.Errorf("stream closed %d times, want 1", st.closes.Load())
-	}
+	closedOnce(t, svc.lastStream(t))
 }
 
 func TestCompletions(t *testing.T) {

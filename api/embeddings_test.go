@@ -53,9 +53,7 @@ func TestEmbeddingsClient(t *testing.T) {
 			if job.Kind != KindEmbedding || job.Embedding == nil || job.Embedding.Input.Len() != 3 || *job.Embedding.Dimensions != 2 {
 				t.Errorf("job %+v", job)
 			}
-			if n := svc.lastStream(t).closes.Load(); n != 1 {
-				t.Errorf("stream closed %d times, want 1", n)
-			}
+			closedOnce(t, svc.lastStream(t))
 		})
 	}
 }

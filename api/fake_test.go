@@ -127,6 +127,16 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// closedOnce waits for the handler to close st (it may do so after the
+// client has read the last byte) and checks it was closed exactly once.
+func closedOnce(t *testing.T, st *fakeStream) {
+	t.Helper()
+	eventually(t, "Stream.Close", func() bool { return st.closes.Load() >= 1 })
+	if n := st.closes.Load(); n != 1 {
+		t.Errorf("stream closed %d times, want 1", n)
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
 
 // scriptedChat is a stream with reasoning, content, a tool call split over
