@@ -349,6 +349,7 @@ func (c *Coordinator) startServer(routes []*neturl.URL) (string, error) {
 		c.meta.Routes = self.String()
 		opts.Routes = append(append([]*neturl.URL(nil), routes...), self)
 	}
+	tuneJetStreamRaft()
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return "", fmt.Errorf("coordinator: nats server: %w", err)
