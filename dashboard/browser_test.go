@@ -206,9 +206,15 @@ func TestBrowser(t *testing.T) {
 			t.Fatalf("wait for %s: %v (after %v)", name, err, time.Since(start))
 		}
 	}
+	// text reads an element's text in one evaluation: the page re-renders
+	// its tables on every poll, so a node found by one DevTools call can be
+	// gone by the next.
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		q, _ := json.Marshal(sel)
+		s, err := chromedp.Run(ctx, chromedp.Poll[string](`(() => {
+			const e = document.querySelector(`+string(q)+`);
+			return e === null ? null : e.innerText; })()`))
 		if err != nil {
 			t.Fatalf("text of %s: %v", sel, err)
 		}
