@@ -7,6 +7,10 @@ type Hardware struct {
 	Chip     string
 	Cores    int
 	MemoryMB int64
+	// Apple silicon (darwin; zero elsewhere): GPU core count and the
+	// Metal device's recommended working set (MB).
+	GPUCores     int
+	GPUWorkingMB int64
 }
 
 // DetectHardware reads the chip name, core count and memory size of this

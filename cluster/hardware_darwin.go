@@ -4,6 +4,8 @@ import (
 	"runtime"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/macpool/macpool/metal/mtl"
 )
 
 func detectHardware() Hardware {
@@ -13,6 +15,15 @@ func detectHardware() Hardware {
 	}
 	if n, err := unix.SysctlUint64("hw.memsize"); err == nil {
 		h.MemoryMB = int64(n / (1 << 20))
+	}
+	// The GPU through Metal and IOKit (metal/mtl; no cgo). Without a Metal
+	// device (an Intel Mac without one, a VM) these stay zero.
+	if g, err := mtl.Hardware(); err == nil {
+		h.GPUCores = g.GPUCores
+		h.GPUWorkingMB = int64(g.RecommendedMaxWorkingSet / (1 << 20))
+		if h.Chip == "" {
+			h.Chip = g.Chip
+		}
 	}
 	return h
 }

@@ -33,7 +33,11 @@ type Config struct {
 	SuspicionMult  int
 	// LeaveTimeout bounds the graceful leave broadcast in Close.
 	LeaveTimeout time.Duration
-	Logger       *slog.Logger
+	// Secret, if set, encrypts and authenticates all gossip with its
+	// derived keyring key (AES-256-GCM); nodes without it (or with another
+	// secret) can neither join nor read the gossip. Nil: plaintext gossip.
+	Secret *Secret
+	Logger *slog.Logger
 }
 
 // DefaultConfig returns LAN timings: a failed node is noticed within a few seconds.
@@ -146,8 +150,21 @@ func New(cfg Config) (*Membership, error) {
 	mc.ProbeTimeout = cfg.ProbeTimeout
 	mc.GossipInterval = cfg.GossipInterval
 	mc.SuspicionMult = cfg.SuspicionMult
+	// A node restarted under its name after a crash (on another port or
+	// address) replaces its dead entry at once, instead of being refused
+	// as a conflict until the entry is reaped (GossipToTheDeadTime, 30 s).
+	mc.DeadNodeReclaimTime = time.Nanosecond
 	mc.PushPullInterval = 10 * cfg.ProbeInterval
 	mc.TCPTimeout = 2 * time.Second
+	if cfg.Secret != nil {
+		kr, err := memberlist.NewKeyring(nil, cfg.Secret.GossipKey())
+		if err != nil {
+			return nil, fmt.Errorf("membership: gossip keyring: %w", err)
+		}
+		mc.Keyring = kr
+		mc.GossipVerifyIncoming = true // refuse plaintext from nodes without the secret
+		mc.GossipVerifyOutgoing = true
+	}
 	mc.Delegate = m
 	mc.Events = m
 	mc.Logger = log.New(&logWriter{m.log}, "", 0)
@@ -164,7 +181,7 @@ func New(cfg Config) (*Membership, error) {
 			return nil, fmt.Errorf("membership: join %v: %w", cfg.Join, err)
 		}
 	}
-	m.log.Info("gossip started", "addr", m.addr, "join", cfg.Join)
+	m.log.Info("gossip started", "addr", m.addr, "join", cfg.Join, "encrypted", cfg.Secret != nil)
 	return m, nil
 }
 

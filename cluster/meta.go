@@ -31,12 +31,20 @@ type Meta struct {
 	Chip     string `json:"c,omitempty"`
 	Cores    int    `json:"n,omitempty"`
 	MemoryMB int64  `json:"m,omitempty"`
+	// Apple GPU, read on a Mac (zero elsewhere): GPU cores and the GPU's
+	// recommended working set in MB (Metal recommendedMaxWorkingSetSize:
+	// how much of the unified memory a model + KV cache may use).
+	GPUCores     int   `json:"gc,omitempty"`
+	GPUWorkingMB int64 `json:"gw,omitempty"`
 	// Worker load: models served, free job slots, total slots, jobs running.
 	Models  []string `json:"md,omitempty"`
 	Free    int      `json:"f,omitempty"`
 	Slots   int      `json:"s,omitempty"`
 	Running int      `json:"q,omitempty"`
 	Ready   bool     `json:"rd,omitempty"` // worker: connected and pulling jobs
+	// Store is a worker's modelstore peer HTTP address (host:port): other
+	// workers pull its models from there (distrib: docs/notes/distrib.md).
+	Store string `json:"ms,omitempty"`
 	// Coordinator addresses.
 	NATS string `json:"u,omitempty"` // NATS client URL(s), comma separated
 	// Routes is the NATS cluster (route) URL of a coordinator whose embedded

@@ -17,6 +17,7 @@ import (
 //	macpool.reply.<coord>.<id>   core NATS, worker -> coordinator: frames of one job
 //	macpool.cancel.<id>          core NATS, coordinator -> workers: stop job id
 //	macpool.raft.apply           core NATS request, follower -> Raft leader: forwarded write
+//	macpool.drain.<node>         core NATS request, coordinator -> worker: drain and leave
 //
 // <model>, <key> and <coord> are Tokens of the model name, API key id and
 // coordinator name; <id> is the coordinator's job id (a NUID).
@@ -25,6 +26,7 @@ const (
 	SubjectReplyPrefix  = "macpool.reply."
 	SubjectCancelPrefix = "macpool.cancel."
 	SubjectRaftApply    = "macpool.raft.apply"
+	SubjectDrainPrefix  = "macpool.drain."
 
 	// HeaderReply names the subject a worker sends the job's frames to.
 	HeaderReply = "Macpool-Reply"
@@ -75,6 +77,24 @@ func ReplySubject(coord, id string) string { return SubjectReplyPrefix + Token(c
 // ReplyFilter matches every reply subject of coordinator coord.
 func ReplyFilter(coord string) string { return SubjectReplyPrefix + Token(coord) + ".*" }
 
+// DrainSubject is where a coordinator asks worker node to drain (a
+// request with a JSON DrainRequest; the worker answers with a DrainReply).
+func DrainSubject(node string) string { return SubjectDrainPrefix + Token(node) }
+
+// DrainRequest asks a worker to stop taking jobs, finish (or after
+// TimeoutMS hand off) the running ones and leave the cluster.
+type DrainRequest struct {
+	// TimeoutMS bounds the wait for running jobs; 0: the worker's default.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// DrainReply is a worker's answer to a DrainRequest.
+type DrainReply struct {
+	Node    string `json:"node"`
+	Running int    `json:"running"` // jobs still running when the drain began
+	Error   string `json:"error,omitempty"`
+}
+
 // CancelSubject is where the cancel for job id is published.
 func CancelSubject(id string) string { return SubjectCancelPrefix + id }
 
@@ -95,6 +115,12 @@ const (
 	FrameError byte = 'x'
 	// FrameEnd ends the stream normally.
 	FrameEnd byte = 'd'
+	// FrameHandoff ends the worker's part of the stream without an error:
+	// the worker is draining and stopped the job; the coordinator moves it
+	// to another worker from the tokens the client has (failover), or
+	// fails it with a 503 when it cannot resume. Sent as a request, like
+	// FrameEnd and FrameError.
+	FrameHandoff byte = 'h'
 )
 
 // Frame is one message of a job's reply stream. Seq starts at 0 (the start

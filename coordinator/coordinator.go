@@ -35,6 +35,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/macpool/macpool/cluster"
+	"github.com/macpool/macpool/metrics"
 )
 
 // NATSEmbedded selects an embedded NATS server (Config.NATS).
@@ -74,6 +75,13 @@ type Config struct {
 	QueueLimit int
 	// KeyQueueLimit bounds the jobs queued per model and API key (fairness).
 	KeyQueueLimit int
+	// KeyMaxStreams bounds the requests (queued or running, all models)
+	// one API key id may have open at once; more get 429 at once
+	// (keys_limit.go). 0: no bound. Anonymous callers are not bounded.
+	KeyMaxStreams int
+	// AdminToken, if set, is a bearer credential for the admin endpoints
+	// (keys, drain; keys.go) besides API keys stored with admin rights.
+	AdminToken string
 	// StallTimeout moves a running job to another worker (or fails it)
 	// when its worker, still alive, sent no frame for this long; 0: never.
 	// It must exceed the longest prefill (no frames are sent meanwhile).
@@ -82,7 +90,19 @@ type Config struct {
 	RetryAfter time.Duration
 	// HTTPAddr is advertised in gossip for macpool status.
 	HTTPAddr string
-	Logger   *slog.Logger
+	// Placement is the memory model for placing managed models (models.go).
+	Placement PlacementConfig
+	// NoPrefixRouting turns off offering jobs to the worker that holds
+	// their longest prefix (routing.go); every job goes to the queue.
+	NoPrefixRouting bool
+	// Metrics, if set, records the queue wait of every job (nil-safe).
+	Metrics *metrics.Registry
+	// Secret, if set, is the cluster secret (docs/security.md): gossip is
+	// encrypted with it, the embedded NATS servers require mutual TLS and
+	// the derived credentials from clients and routes (natsauth.go), and
+	// Raft runs over mutual TLS. Nil: everything open (one machine, tests).
+	Secret *cluster.Secret
+	Logger *slog.Logger
 }
 
 // DefaultConfig returns a coordinator with an embedded standalone NATS.
@@ -98,6 +118,7 @@ func DefaultConfig() Config {
 		KeyQueueLimit:          64,
 		StallTimeout:           2 * time.Minute,
 		RetryAfter:             time.Second,
+		Placement:              DefaultPlacementConfig(),
 	}
 }
 
@@ -127,10 +148,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("coordinator: queue limit %d must be at least 1", c.QueueLimit)
 	case c.KeyQueueLimit < 1 || c.KeyQueueLimit > c.QueueLimit:
 		return fmt.Errorf("coordinator: per-key queue limit %d must be in [1, queue limit %d]", c.KeyQueueLimit, c.QueueLimit)
+	case c.KeyMaxStreams < 0:
+		return fmt.Errorf("coordinator: per-key max streams %d must not be negative", c.KeyMaxStreams)
 	case c.StallTimeout < 0:
 		return fmt.Errorf("coordinator: stall timeout %v must not be negative", c.StallTimeout)
 	case c.RetryAfter <= 0:
 		return fmt.Errorf("coordinator: retry-after %v must be positive", c.RetryAfter)
+	}
+	if c.Gossip.Secret != nil && !c.Gossip.Secret.Equal(c.Secret) {
+		return errors.New("coordinator: gossip secret must be the cluster secret (set Config.Secret only)")
 	}
 	if c.NATS == NATSEmbedded {
 		if _, _, err := net.SplitHostPort(c.NATSListen); err != nil {
@@ -169,6 +195,11 @@ type Coordinator struct {
 	streams  sync.Map // job id -> *stream
 	ensured  sync.Map // model -> int: stream and consumer exist with this many replicas
 	ensureMu sync.Mutex
+
+	keyStreams keyStreams // open streams per API key (keys_limit.go)
+	models     modelState // model install progress, placement tombstones (models.go)
+	routes     router     // workers' prefix summaries (routing.go)
+	keyUse     keyUse     // last use of API keys (keys.go)
 
 	loops sync.WaitGroup
 	// requeues are failover publishes in flight (service.go); closing
@@ -216,6 +247,7 @@ func New(cfg Config) (_ *Coordinator, err error) {
 	gc := cfg.Gossip
 	gc.Name = cfg.Name
 	gc.Meta = c.meta
+	gc.Secret = cfg.Secret
 	gc.Logger = logger
 	if c.ml, err = cluster.New(gc); err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
@@ -289,7 +321,11 @@ func (c *Coordinator) startNATS() error {
 		url = u
 	}
 	c.meta.NATS = url
-	nc, err := nats.Connect(url, nats.Name(c.cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
+	nopts, err := c.natsOptions(url)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
 		return fmt.Errorf("coordinator: connect nats %s: %w", url, err)
 	}
@@ -349,6 +385,9 @@ func (c *Coordinator) startServer(routes []*neturl.URL) (string, error) {
 		c.meta.Routes = self.String()
 		opts.Routes = append(append([]*neturl.URL(nil), routes...), self)
 	}
+	if err := c.secureServer(opts); err != nil {
+		return "", err
+	}
 	tuneJetStreamRaft()
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -368,6 +407,9 @@ func (c *Coordinator) startServer(routes []*neturl.URL) (string, error) {
 	}
 	if c.cfg.NATSCluster != "" {
 		c.log.Info("nats cluster", "route", c.meta.Routes, "seed", routes)
+	}
+	if c.cfg.Secret != nil {
+		url = cluster.SecureNATSURL(url)
 	}
 	return url, nil
 }
@@ -475,6 +517,12 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	c.loops.Add(2)
 	go func() { defer c.loops.Done(); c.leaderLoop(c.stopCtx) }()
 	go func() { defer c.loops.Done(); c.watchMembers(c.stopCtx) }()
+	c.loops.Add(1)
+	go func() { defer c.loops.Done(); c.touchLoop(c.stopCtx) }() // keys.go
+	c.loops.Add(1)
+	go func() { defer c.loops.Done(); c.routeLoop(c.stopCtx) }() // routing.go
+	c.loops.Add(1)
+	go func() { defer c.loops.Done(); c.modelsLoop(c.stopCtx) }() // models.go
 	select {
 	case <-ctx.Done():
 	case <-c.stopCtx.Done():

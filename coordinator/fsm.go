@@ -35,6 +35,13 @@ type ModelSpec struct {
 	Format       string `json:"format,omitempty"`       // safetensors | mlx | gguf
 	Quantization string `json:"quantization,omitempty"` // e.g. q4_0, 4bit; "" = unquantized
 	Created      int64  `json:"created,omitempty"`      // unix seconds, set by the proposer
+	// distrib (models.go): entries added by `macpool models add` are
+	// Managed: the leader places them on workers (State.Assign).
+	Managed    bool   `json:"managed,omitempty"`
+	SourceNode string `json:"source_node,omitempty"` // worker holding a local-path Source ("" = any that has it)
+	Size       int64  `json:"size,omitempty"`        // bytes of the model's files (0 = not known yet)
+	Digest     string `json:"digest,omitempty"`      // modelstore manifest digest, once a worker reported it
+	Replicas   int    `json:"replicas,omitempty"`    // workers to place it on; 0 = every worker it fits
 }
 
 // APIKey is a stored API key: only its SHA-256 hash is kept.
@@ -42,6 +49,10 @@ type APIKey struct {
 	ID   string `json:"id"`
 	Hash string `json:"hash"` // hex SHA-256 of the secret
 	Name string `json:"name,omitempty"`
+	// Admin keys may use the admin endpoints (keys.go).
+	Admin    bool  `json:"admin,omitempty"`
+	Created  int64 `json:"created,omitempty"`   // unix seconds, set by the proposer
+	LastUsed int64 `json:"last_used,omitempty"` // unix seconds (cmdTouchAPIKey)
 }
 
 // State is the replicated state.
@@ -49,16 +60,24 @@ type State struct {
 	Models    map[string]ModelSpec `json:"models"`
 	Placement map[string][]string  `json:"placement"` // model -> worker names, sorted
 	APIKeys   map[string]APIKey    `json:"api_keys"`  // by hash
+	// Assign is the leader's placement of managed models: model -> workers
+	// that should fetch and serve it, sorted (models.go). Placement above
+	// is what workers actually serve (from gossip).
+	Assign map[string][]string `json:"assign,omitempty"`
 }
 
 func newState() State {
-	return State{Models: map[string]ModelSpec{}, Placement: map[string][]string{}, APIKeys: map[string]APIKey{}}
+	return State{Models: map[string]ModelSpec{}, Placement: map[string][]string{}, APIKeys: map[string]APIKey{}, Assign: map[string][]string{}}
 }
 
 func (s State) clone() State {
 	c := State{Models: maps.Clone(s.Models), Placement: make(map[string][]string, len(s.Placement)), APIKeys: maps.Clone(s.APIKeys)}
 	for k, v := range s.Placement {
 		c.Placement[k] = slices.Clone(v)
+	}
+	c.Assign = make(map[string][]string, len(s.Assign))
+	for k, v := range s.Assign {
+		c.Assign[k] = slices.Clone(v)
 	}
 	return c
 }
@@ -130,6 +149,7 @@ func (f *fsm) apply(data []byte) error {
 		}
 		delete(f.state.Models, c.Name)
 		delete(f.state.Placement, c.Name)
+		delete(f.state.Assign, c.Name)
 	case cmdSetPlacement:
 		var c placementCmd
 		if err := json.Unmarshal(body, &c); err != nil {
@@ -161,6 +181,10 @@ func (f *fsm) apply(data []byte) error {
 				delete(f.state.APIKeys, h)
 			}
 		}
+	case cmdTouchAPIKey: // keys.go
+		return f.applyTouchKey(body)
+	case cmdSetAssignment: // distrib: models.go
+		return f.applySetAssignment(body)
 	default:
 		return fmt.Errorf("unknown command type %d", data[1])
 	}
@@ -185,6 +209,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	if s.APIKeys == nil {
 		s.APIKeys = map[string]APIKey{}
+	}
+	if s.Assign == nil {
+		s.Assign = map[string][]string{}
 	}
 	f.mu.Lock()
 	f.state = s

@@ -66,7 +66,7 @@ func (c *Coordinator) startRaft() error {
 			adv = &net.TCPAddr{IP: net.ParseIP(advertiseHost("", c.ml.Addr())), Port: port}
 		}
 	}
-	trans, err := raft.NewTCPTransport(addr, adv, 3, 2*time.Second, logw)
+	trans, err := c.newRaftTransport(addr, adv, logw) // raftauth.go: mutual TLS with a cluster secret
 	if err != nil {
 		return fmt.Errorf("coordinator: raft transport %s: %w", addr, err)
 	}
@@ -214,6 +214,7 @@ func (c *Coordinator) Check(ctx context.Context, key string) (string, error) {
 		return "anon-" + h[:12], nil
 	}
 	if k, ok := c.fsm.state.APIKeys[h]; ok && key != "" {
+		c.keyUse.used(k.ID) // last use, recorded through Raft (keys.go)
 		return k.ID, nil
 	}
 	return "", unauthorized("Incorrect API key provided.")
@@ -344,7 +345,7 @@ func (c *Coordinator) reconcile(ctx context.Context) {
 	}
 	st := c.fsm.snapshot()
 	for model, workers := range placement {
-		if _, ok := st.Models[model]; !ok {
+		if _, ok := st.Models[model]; !ok && !c.recentlyRemoved(model) { // distrib: a removed managed model being unloaded
 			if err := c.applyCmd(cmdRegisterModel, ModelSpec{Name: model, Source: "worker:" + workers[0], Created: time.Now().Unix()}); err != nil {
 				c.log.Warn("register model", "model", model, "err", err)
 			}
@@ -363,6 +364,7 @@ func (c *Coordinator) reconcile(ctx context.Context) {
 			}
 		}
 	}
+	c.placeModels(members, c.fsm.snapshot()) // distrib: managed models onto workers (models.go)
 }
 
 func (c *Coordinator) applyCmd(t cmdType, body any) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -74,7 +75,7 @@ func (c *Coordinator) Ready(ctx context.Context) error {
 func (c *Coordinator) workersFor(model string) []cluster.Member {
 	var out []cluster.Member
 	for _, m := range c.ml.Members() {
-		if m.Meta.Role == cluster.RoleWorker && m.Meta.Serves(model) {
+		if m.Meta.Role == cluster.RoleWorker && m.Meta.Serves(model) && !m.Meta.Leaving { // drain: not a leaving one
 			out = append(out, m)
 		}
 	}
@@ -171,6 +172,16 @@ func (c *Coordinator) Submit(ctx context.Context, job *api.Job) (api.Stream, err
 	if c.stopCtx.Err() != nil {
 		return nil, unavailable("coordinator %s is shutting down", c.cfg.Name)
 	}
+	release, err := c.admitStream(job.APIKey) // drain: Config.KeyMaxStreams
+	if err != nil {
+		return nil, err
+	}
+	admitted := false
+	defer func() {
+		if !admitted {
+			release()
+		}
+	}()
 	workers := c.workersFor(job.Model)
 	if len(workers) == 0 {
 		c.fsm.mu.RLock()
@@ -194,7 +205,7 @@ func (c *Coordinator) Submit(ctx context.Context, job *api.Job) (api.Stream, err
 		return nil, openai.ServerError("encode job: %v", err)
 	}
 	id := nuid.Next()
-	s := &stream{c: c, id: id, model: job.Model, job: job, resumable: true, notify: make(chan struct{}, 1)}
+	s := &stream{c: c, id: id, model: job.Model, job: job, resumable: true, notify: make(chan struct{}, 1), submitted: time.Now()}
 	c.streams.Store(id, s)
 
 	msg := nats.NewMsg(cluster.JobsSubject(job.Model, job.APIKey))
@@ -202,7 +213,7 @@ func (c *Coordinator) Submit(ctx context.Context, job *api.Job) (api.Stream, err
 	msg.Header.Set(cluster.HeaderJob, id)
 	msg.Header.Set(jetstream.MsgIDHeader, id)
 	msg.Data = body
-	ack, err := c.publish(ctx, msg)
+	ack, err := c.routeOrPublish(ctx, s, msg) // routing.go: to a worker holding its prefix, else queued
 	if err != nil {
 		c.streams.Delete(id)
 		return nil, c.publishError(job, err)
@@ -210,6 +221,7 @@ func (c *Coordinator) Submit(ctx context.Context, job *api.Job) (api.Stream, err
 	s.mu.Lock()
 	s.queueSeq = ack.Sequence
 	s.mu.Unlock()
+	s.release, admitted = release, true
 	return s, nil
 }
 
@@ -291,6 +303,9 @@ func (c *Coordinator) onFrame(m *nats.Msg) {
 	}
 	s := v.(*stream)
 	if err == nil && f.Kind == cluster.FramePing {
+		s.mu.Lock()
+		s.lastPing = time.Now()
+		s.mu.Unlock()
 		if m.Reply != "" {
 			m.Respond([]byte("ok"))
 		}
@@ -301,7 +316,7 @@ func (c *Coordinator) onFrame(m *nats.Msg) {
 		return
 	}
 	s.frame(f, m)
-	if (f.Kind == cluster.FrameEnd || f.Kind == cluster.FrameError) && m.Reply != "" {
+	if (f.Kind == cluster.FrameEnd || f.Kind == cluster.FrameError || f.Kind == cluster.FrameHandoff) && m.Reply != "" {
 		m.Respond([]byte("ok")) // the worker stops retrying its last frame
 	}
 }
@@ -309,6 +324,12 @@ func (c *Coordinator) onFrame(m *nats.Msg) {
 // workerSilence is how long a worker that left gossip may stay silent
 // before its running jobs are failed.
 const workerSilence = 2 * time.Second
+
+// jobSilence is how long a running job may go without a frame or a ping
+// from its worker (which pings every worker.Config.PingInterval, 1 s by
+// default) before it moves to another worker even though gossip shows the
+// worker alive.
+const jobSilence = 5 * time.Second
 
 // watchMembers fails the jobs of workers that vanished and prepares queues
 // for newly served models.
@@ -320,9 +341,15 @@ func (c *Coordinator) watchMembers(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		alive := map[string]bool{}
+		alive := map[string]string{} // live member -> its gossip address
+		served := map[string]bool{}  // models some live, not leaving, worker serves
 		for _, m := range c.ml.Members() {
-			alive[m.Name] = true
+			alive[m.Name] = m.Addr
+			if m.Meta.Role == cluster.RoleWorker && !m.Meta.Leaving {
+				for _, model := range m.Meta.Models {
+					served[model] = true
+				}
+			}
 			if m.Meta.Role == cluster.RoleWorker {
 				for _, model := range m.Meta.Models {
 					ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -336,14 +363,27 @@ func (c *Coordinator) watchMembers(ctx context.Context) {
 		c.streams.Range(func(_, v any) bool {
 			s := v.(*stream)
 			s.mu.Lock()
-			w, last := s.worker, s.lastFrame
+			w, last, addr, seen := s.worker, s.lastFrame, s.workerAddr, s.lastPing
 			s.mu.Unlock()
-			// Gossip may declare a busy worker dead by mistake: only a
-			// worker that is gone and silent fails its streams.
+			if last.After(seen) {
+				seen = last
+			}
+			// The worker that started the job is gone when gossip lost it
+			// or shows another process under its name (a restart: new
+			// address). Gossip may declare a busy worker dead by mistake:
+			// only a worker that is gone and silent fails its streams.
+			a, ok := alive[w]
+			gone := !ok || (addr != "" && a != addr)
 			switch {
 			case w == "":
-			case !alive[w] && time.Since(last) > workerSilence:
+				s.orphan(served[s.model]) // orphan.go
+			case gone && time.Since(last) > workerSilence:
 				c.failover(ctx, s, w, fmt.Sprintf("worker %s failed during generation", w), true)
+			case time.Since(seen) > jobSilence:
+				// Alive by gossip but neither frames nor pings for the
+				// job: that process does not run it (e.g. restarted under
+				// its name and address).
+				c.failover(ctx, s, w, fmt.Sprintf("worker %s sent nothing about the job for %v", w, jobSilence), true)
 			case c.cfg.StallTimeout > 0 && time.Since(last) > c.cfg.StallTimeout:
 				c.failover(ctx, s, w, fmt.Sprintf("worker %s made no progress for %v", w, c.cfg.StallTimeout), true)
 			}
@@ -383,9 +423,17 @@ type stream struct {
 	// event (not repeated by a resumed attempt).
 	tokens    [][]int
 	resumable bool
+	release   func() // frees the key's stream count (keys_limit.go); called by Close
 	attempts  int
 	roleSent  map[int]bool
 	finished  map[int]bool
+	orphaned  time.Time // since when no worker serves the queued job's model (orphan.go)
+	// The worker's gossip address when it started the job (tells a
+	// restarted process under the same name apart) and its last ping.
+	workerAddr string
+	lastPing   time.Time
+
+	submitted time.Time // Submit's time, for the queue wait metric
 
 	closeOnce sync.Once
 }
@@ -425,9 +473,24 @@ func (s *stream) frame(f cluster.Frame, m *nats.Msg) {
 	}
 	s.next++
 	s.lastFrame = time.Now()
+	if f.Kind == cluster.FrameHandoff {
+		// drain: the worker stopped the job on purpose; continue it on
+		// another worker from the tokens the client has.
+		w := s.worker
+		s.mu.Unlock()
+		s.c.failover(s.c.stopCtx, s, w, fmt.Sprintf("worker %s stopped the job (draining or shutting down)", w), true)
+		return
+	}
 	switch f.Kind {
 	case cluster.FrameStart:
 		s.worker = string(f.Payload)
+		s.workerAddr = ""
+		if m, ok := s.c.ml.Member(s.worker); ok {
+			s.workerAddr = m.Addr
+		}
+		if s.attempts == 0 { // queue wait: the first start only, not failovers
+			s.c.cfg.Metrics.ObserveQueueWait(s.model, time.Since(s.submitted))
+		}
 		s.mu.Unlock()
 		if m.Reply != "" {
 			m.Respond([]byte("ok"))
@@ -442,7 +505,17 @@ func (s *stream) frame(f cluster.Frame, m *nats.Msg) {
 			s.events = append(s.events, ev)
 		}
 	case cluster.FrameError:
-		s.events = append(s.events, &api.Event{Worker: s.worker, Err: cluster.DecodeError(f.Payload)})
+		oe := cluster.DecodeError(f.Payload)
+		if oe.Status == http.StatusServiceUnavailable {
+			// The worker cannot go on (it is shutting down, its engine
+			// closed, it cannot resume): continue on another worker from
+			// the tokens the client has, or fail with this error.
+			w := s.worker
+			s.mu.Unlock()
+			s.c.failover(s.c.stopCtx, s, w, oe.Message, true)
+			return
+		}
+		s.events = append(s.events, &api.Event{Worker: s.worker, Err: oe})
 		s.done = true
 	case cluster.FrameEnd:
 		s.done = true
@@ -617,6 +690,9 @@ func (s *stream) Recv(ctx context.Context) (*api.Event, error) {
 // queued one is deleted from the queue.
 func (s *stream) Close() error {
 	s.closeOnce.Do(func() {
+		if s.release != nil {
+			defer s.release()
+		}
 		s.mu.Lock()
 		finished := s.done
 		s.done = true

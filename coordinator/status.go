@@ -27,10 +27,21 @@ type NodeStatus struct {
 	Slots    int      `json:"slots,omitempty"`
 	Running  int      `json:"running"`
 	Free     int      `json:"free"`
-	Ready    bool     `json:"ready,omitempty"` // worker: pulling jobs
-	Raft     string   `json:"raft,omitempty"`  // "leader" | "voter" | "" for coordinators outside the configuration
+	Ready    bool     `json:"ready,omitempty"`   // worker: pulling jobs
+	Leaving  bool     `json:"leaving,omitempty"` // draining or leaving: gets no new work
+	Raft     string   `json:"raft,omitempty"`    // "leader" | "voter" | "" for coordinators outside the configuration
 	HTTP     string   `json:"http,omitempty"`
 	NATS     string   `json:"nats,omitempty"`
+
+	// Apple GPU of a Mac (gossiped; zero elsewhere): cores and the
+	// recommended working set.
+	GPUCores     int   `json:"gpu_cores,omitempty"`
+	GPUWorkingMB int64 `json:"gpu_working_set_mb,omitempty"`
+
+	// Worker KV cache from its prefix summaries (routing.go): blocks in
+	// the pool and blocks free or evictable now; 0 if not reported.
+	KVBlocks     int `json:"kv_blocks,omitempty"`
+	KVFreeBlocks int `json:"kv_free_blocks,omitempty"`
 }
 
 // Status is the cluster as seen by one coordinator (GET /v1/cluster/status).
@@ -40,6 +51,9 @@ type Status struct {
 	Nodes       []NodeStatus      `json:"nodes"`
 	Queued      map[string]uint64 `json:"queued"` // model -> jobs waiting in its queue
 	Models      []ModelSpec       `json:"models"`
+	// Installs: managed model -> its placed workers' install state
+	// (distrib, models.go), for the dashboard's progress.
+	Installs map[string][]WorkerModelState `json:"installs,omitempty"`
 }
 
 // Status reports the live nodes, their load and the queue depths.
@@ -54,9 +68,11 @@ func (c *Coordinator) Status(ctx context.Context) Status {
 		n := NodeStatus{
 			Name: m.Name, Role: m.Meta.Role, Addr: m.Addr, Version: m.Meta.Version,
 			Chip: m.Meta.Chip, Cores: m.Meta.Cores, MemoryMB: m.Meta.MemoryMB,
-			Models: m.Meta.Models, Slots: m.Meta.Slots, Running: m.Meta.Running, Free: m.Meta.Free, Ready: m.Meta.Ready,
+			Models: m.Meta.Models, Slots: m.Meta.Slots, Running: m.Meta.Running, Free: m.Meta.Free, Ready: m.Meta.Ready, Leaving: m.Meta.Leaving,
 			HTTP: m.Meta.HTTP, NATS: m.Meta.NATS,
+			GPUCores: m.Meta.GPUCores, GPUWorkingMB: m.Meta.GPUWorkingMB,
 		}
+		n.KVBlocks, n.KVFreeBlocks = c.kvRoom(m.Name) // routing.go
 		if m.Meta.Role == cluster.RoleCoordinator {
 			switch {
 			case m.Name == st.Leader:
@@ -74,6 +90,7 @@ func (c *Coordinator) Status(ctx context.Context) Status {
 		st.Models = append(st.Models, m)
 		models[m.Name] = true
 	}
+	st.Installs = c.modelInstalls() // distrib: models.go
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	for model := range models {

@@ -61,12 +61,27 @@ func (m *Model) Generate(ctx context.Context, prompt []int, maxTokens int, s Sam
 	}
 	var out []int
 	next := prompt[c.Len():]
+	// Greedy decoding on a backend that takes the argmax itself (a GPU)
+	// reads back one id per token instead of the logits.
+	_, greedy := s.(Greedy)
+	if _, ok := m.be.(ArgmaxOps); !ok {
+		greedy = false
+	}
 	for len(out) < maxTokens {
-		logits, err := m.Forward(ctx, []Seq{{Cache: c, Tokens: next}})
-		if err != nil {
-			return out, err
+		var tok int
+		if greedy {
+			_, toks, err := m.ForwardGreedy(ctx, []Seq{{Cache: c, Tokens: next, Greedy: true}})
+			if err != nil {
+				return out, err
+			}
+			tok = toks[0]
+		} else {
+			logits, err := m.Forward(ctx, []Seq{{Cache: c, Tokens: next}})
+			if err != nil {
+				return out, err
+			}
+			tok = s.Sample(logits[0], prompt, out)
 		}
-		tok := s.Sample(logits[0], prompt, out)
 		out = append(out, tok)
 		if emit != nil {
 			if err := emit(tok); err != nil {

@@ -288,6 +288,9 @@ type Seq struct {
 	Cache     *Cache
 	Tokens    []int
 	AllLogits bool // logits of every new token instead of only the last
+	// Greedy says that only the argmax of the last token's logits is
+	// needed (ForwardGreedy; ignored with AllLogits and by Forward).
+	Greedy bool
 }
 
 // Forward appends each sequence's tokens to its cache in one batched pass
@@ -309,24 +312,33 @@ func (m *Model) Forward(ctx context.Context, seqs []Seq) ([][]float32, error) {
 // width and the error prefix op, so they share this one copy to keep the
 // cache bookkeeping and rollback from drifting apart.
 func (m *Model) runBatch(seqs []Seq, op string, width int, run func(*Batch) (Tensor, error)) ([][]float32, error) {
+	out, _, err := m.runBatchGreedy(seqs, op, width, false, run)
+	return out, err
+}
+
+// runBatchGreedy is runBatch that, with greedy set, also returns per
+// sequence the argmax of its output row (-1 for sequences without
+// Seq.Greedy), computed on the device when the backend implements
+// ArgmaxOps (the row's logits are then not read: nil).
+func (m *Model) runBatchGreedy(seqs []Seq, op string, width int, greedy bool, run func(*Batch) (Tensor, error)) ([][]float32, []int, error) {
 	vocab := m.arch.VocabSize()
 	b := &Batch{Seqs: make([]BatchSeq, len(seqs))}
 	seen := make(map[*Cache]bool, len(seqs))
 	for i, s := range seqs {
 		switch {
 		case s.Cache == nil || s.Cache.freed:
-			return nil, fmt.Errorf("%s: sequence %d has no cache (nil or freed)", op, i)
+			return nil, nil, fmt.Errorf("%s: sequence %d has no cache (nil or freed)", op, i)
 		case s.Cache.m != m:
-			return nil, fmt.Errorf("%s: sequence %d: cache belongs to another model", op, i)
+			return nil, nil, fmt.Errorf("%s: sequence %d: cache belongs to another model", op, i)
 		case seen[s.Cache]:
-			return nil, fmt.Errorf("%s: sequence %d: cache used twice in one batch", op, i)
+			return nil, nil, fmt.Errorf("%s: sequence %d: cache used twice in one batch", op, i)
 		case len(s.Tokens) == 0:
-			return nil, fmt.Errorf("%s: sequence %d has no tokens", op, i)
+			return nil, nil, fmt.Errorf("%s: sequence %d has no tokens", op, i)
 		}
 		seen[s.Cache] = true
 		for _, id := range s.Tokens {
 			if id < 0 || id >= vocab {
-				return nil, fmt.Errorf("%s: sequence %d: token id %d out of range [0,%d)", op, i, id, vocab)
+				return nil, nil, fmt.Errorf("%s: sequence %d: token id %d out of range [0,%d)", op, i, id, vocab)
 			}
 		}
 		row, pos := len(b.Tokens), s.Cache.n
@@ -352,20 +364,20 @@ func (m *Model) runBatch(seqs []Seq, op string, width int, run func(*Batch) (Ten
 					r.Cache.paged.trimBlocks(r.Cache.n)
 				}
 			}
-			return nil, fmt.Errorf("%s: sequence %d: %w", op, i, err)
+			return nil, nil, fmt.Errorf("%s: sequence %d: %w", op, i, err)
 		}
 	}
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, errClosed
+		return nil, nil, errClosed
 	}
 	res, err := run(b)
-	var flat []float32
+	var out [][]float32
+	var toks []int
 	if err == nil {
-		flat = make([]float32, len(b.Outputs)*width)
-		err = m.be.Read(res, flat)
+		out, toks, err = m.readOutputs(res, seqs, len(b.Outputs), width, greedy)
 		m.be.Release(res)
 	}
 	if err != nil {
@@ -377,21 +389,13 @@ func (m *Model) runBatch(seqs []Seq, op string, width int, run func(*Batch) (Ten
 				s.Cache.paged.trimBlocks(s.Cache.n)
 			}
 		}
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, nil, fmt.Errorf("%s: %w", op, err)
 	}
-	out := make([][]float32, len(seqs))
-	off := 0
-	for i, s := range seqs {
-		n := 1
-		if s.AllLogits {
-			n = len(s.Tokens)
-		}
-		out[i] = flat[off*width : (off+n)*width : (off+n)*width]
-		off += n
+	for _, s := range seqs {
 		s.Cache.n += len(s.Tokens)
 		if s.Cache.paged != nil {
 			s.Cache.paged.appended(s.Tokens)
 		}
 	}
-	return out, nil
+	return out, toks, nil
 }

@@ -10,7 +10,7 @@ import (
 // kvCache is one layer's K and V for one sequence: two float32 device
 // buffers, position-major [cap, kvHeads*headDim], growing by doubling (the
 // copy of the old contents is a dispatch, so growth needs no sync). A paged
-// pool with block tables is the next step (docs/notes/metal.md).
+// pool with block tables is in paged.go (engine.PagedKVOps).
 type kvCache struct {
 	b        *Backend
 	heads    int
@@ -42,10 +42,8 @@ func (c *kvCache) Truncate(n int) error {
 }
 
 func (c *kvCache) Free() {
-	for _, x := range []gpu.Buffer{c.k, c.v} {
-		if x != nil {
-			c.b.pending = append(c.b.pending, x)
-		}
+	if c.k != nil {
+		c.b.retire(c.k, c.v)
 	}
 	c.k, c.v, c.n, c.cap = nil, nil, 0, 0
 }
@@ -75,6 +73,10 @@ func (c *kvCache) reserve(n, keep int) {
 func (b *Backend) StoreKV(k, v engine.Tensor, seqs []engine.AttnSeq) {
 	kt, vt := tt(k), tt(v)
 	sameShape("storekv", kt, vt)
+	paged, seqs := splitPaged(seqs)
+	if len(paged) > 0 {
+		b.storeKVPaged(kt, vt, paged)
+	}
 	for _, s := range seqs {
 		c := s.KV.(*kvCache)
 		if kt.cols != c.dim || s.Pos > c.n || s.Row < 0 || s.Row+s.N > kt.rows {
@@ -99,6 +101,10 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 	if d == qt || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0 || qt.cols != p.Heads*p.HeadDim || p.HeadDim > 256 {
 		panic(fmt.Sprintf("metal: attention %d heads (%d kv) × %d over [%d, %d]", p.Heads, p.KVHeads, p.HeadDim, qt.rows, qt.cols))
 	}
+	paged, seqs := splitPaged(seqs)
+	if len(paged) > 0 {
+		b.attentionPaged(d, qt, paged, p)
+	}
 	for _, s := range seqs {
 		c := s.KV.(*kvCache)
 		if c.heads != p.KVHeads || c.headDim != p.HeadDim || s.Pos+s.N > c.n || s.Row < 0 || s.Row+s.N > qt.rows {
@@ -106,6 +112,20 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 		}
 		if s.N == 0 {
 			continue
+		}
+		// Decode over a long cache: the split kernels, with the contiguous
+		// cache as one block of c.cap positions (rows before s.Row skip).
+		if s.N*p.Heads < splitMaxGroups && s.Pos+s.N > b.attnChunk {
+			ri := make([]int32, 2*(s.Row+s.N))
+			for r := 0; r < s.Row; r++ {
+				ri[2*r] = -1
+			}
+			for i := 0; i < s.N; i++ {
+				ri[2*(s.Row+i)] = int32(s.Pos + i)
+			}
+			if b.splitAttention(d, qt, c.k, c.v, b.hostArg(i32bytes(ri)), gpu.Arg{Bytes: i32bytes([]int32{0})}, s.Row+s.N, c.cap, s.Pos+s.N, p) {
+				continue
+			}
 		}
 		b.dispatch("attention", [3]int{p.Heads, s.N, 1}, [3]int{32, 1, 1},
 			buf(d.buf), buf(qt.buf), buf(c.k), buf(c.v),

@@ -11,6 +11,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/macpool/macpool/engine"
@@ -25,7 +27,18 @@ type Config struct {
 	Device gpu.Device
 	// Name is what Backend.Name reports ("metal", "metal-emulated").
 	Name string
+	// SplitDispatches: after this many dispatches the current command
+	// buffer is committed without waiting and encoding goes on in a new
+	// one (same queue: they run in order), so the GPU works on the first
+	// layers while the CPU still encodes the rest of the pass. 0 means
+	// DefaultSplitDispatches; negative, one command buffer per sync.
+	SplitDispatches int
 }
+
+// DefaultSplitDispatches is Config.SplitDispatches' default: a few
+// command buffers per forward pass of a real model (Qwen3-0.6B decode
+// encodes ~450 dispatches), each large enough that its commit costs little.
+const DefaultSplitDispatches = 64
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
@@ -57,19 +70,34 @@ type Backend struct {
 	// missing explains kernels that did not compile (ops using them panic).
 	missing map[string]error
 	cb      gpu.CommandBuffer
+	ncb     int                 // dispatches in cb
+	split   int                 // Config.SplitDispatches resolved (0: never)
+	flight  []gpu.CommandBuffer // committed, not yet waited for (in order)
+	syncs   int                 // syncs that waited for work (tests)
+	// attnChunk is the positions per split of split (flash-decoding)
+	// paged attention (a multiple of 32; tests lower it).
+	attnChunk int
 	// pending holds buffers that the current command buffer may still use
 	// (released tensors, staging uploads, outgrown KV buffers); they are
 	// freed after the next sync.
 	pending []gpu.Buffer
+	// retired holds buffers of caches freed from other goroutines (a
+	// serving loop frees a finished sequence's cache while the next pass
+	// runs); released after the next sync like pending. Guarded by rmu.
+	rmu     sync.Mutex
+	retired []gpu.Buffer
 	dummy   gpu.Buffer
 	moe     map[*engine.MoEWeights]*moeTables
 	closed  bool
+	// weightBytes is the device memory of the uploaded weights (KV budget).
+	weightBytes atomic.Int64
 }
 
 var _ engine.Backend = (*Backend)(nil)
 
 var pipelineNames = []string{"embed", "matmul", "rmsnorm", "rope", "store_kv", "attention", "swiglu", "sigmoid_mul", "add", "copy2d", "gather",
-	"dn_conv", "dn_conv_state", "dn_rule", "dn_gated_norm", "moe_route", "moe_matmul", "moe_combine", "argmax"}
+	"dn_conv", "dn_conv_state", "dn_rule", "dn_gated_norm", "moe_route", "moe_matmul", "moe_combine", "argmax",
+	"store_kv_paged", "attention_paged", "attention_paged_part", "attention_combine"}
 
 // New compiles the kernel library on cfg.Device and prepares its pipelines.
 // The backend owns the device from here on (Close closes it).
@@ -85,6 +113,13 @@ func New(cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{name: cfg.Name, dev: cfg.Device, pipes: map[string]gpu.Pipeline{}, missing: map[string]error{}}
+	b.attnChunk = defaultAttnChunk
+	switch {
+	case cfg.SplitDispatches == 0:
+		b.split = DefaultSplitDispatches
+	case cfg.SplitDispatches > 0:
+		b.split = cfg.SplitDispatches
+	}
 	// One library per .metal file: the dense path must compile; a hybrid
 	// file that fails only disables its ops (they panic naming the error).
 	var libs []gpu.Library
@@ -170,7 +205,7 @@ func (b *Backend) Release(t engine.Tensor) {
 	x := tt(t)
 	switch {
 	case x.buf == nil:
-	case b.cb == nil: // nothing in flight can use it
+	case !b.busy(): // nothing in flight can use it
 		x.buf.Release()
 	default:
 		b.pending = append(b.pending, x.buf)
@@ -189,7 +224,7 @@ func (b *Backend) Write(t engine.Tensor, src []float32) {
 	if n == 0 {
 		return
 	}
-	if b.cb == nil { // nothing in flight: write in place
+	if !b.busy() { // nothing in flight: write in place
 		copy(f32s(x.buf.Bytes()), src)
 		return
 	}
@@ -215,22 +250,57 @@ func (b *Backend) Read(t engine.Tensor, dst []float32) error {
 	return nil
 }
 
-// sync commits the current command buffer, waits and frees pending buffers.
+// busy says whether encoded work may not have run yet.
+func (b *Backend) busy() bool { return b.cb != nil || len(b.flight) > 0 }
+
+// commit submits the current command buffer without waiting.
+func (b *Backend) commit() {
+	if b.cb == nil {
+		return
+	}
+	b.cb.Commit()
+	b.flight = append(b.flight, b.cb)
+	b.cb, b.ncb = nil, 0
+}
+
+// sync commits the current command buffer, waits for every committed one
+// (in order; the first error wins) and frees pending buffers.
 func (b *Backend) sync() error {
 	var err error
-	if b.cb != nil {
-		b.cb.Commit()
-		err = b.cb.Wait()
-		b.cb = nil
+	if b.busy() {
+		b.syncs++
 	}
+	b.commit()
+	for i, cb := range b.flight {
+		if werr := cb.Wait(); werr != nil && err == nil {
+			err = werr
+		}
+		b.flight[i] = nil
+	}
+	b.flight = b.flight[:0]
 	for _, p := range b.pending {
 		p.Release()
 	}
 	b.pending = b.pending[:0]
+	b.rmu.Lock()
+	retired := b.retired
+	b.retired = nil
+	b.rmu.Unlock()
+	for _, p := range retired {
+		p.Release()
+	}
 	if err != nil {
 		return fmt.Errorf("metal: %w", err)
 	}
 	return nil
+}
+
+// retire frees cache buffers after the next sync; unlike the other ops it
+// may be called from any goroutine (Cache.Free of a finished sequence).
+func (b *Backend) retire(bufs ...gpu.Buffer) {
+	b.rmu.Lock()
+	b.retired = append(b.retired, bufs...)
+	b.rmu.Unlock()
 }
 
 func (b *Backend) dispatch(name string, groups, threads [3]int, args ...gpu.Arg) {
@@ -242,6 +312,10 @@ func (b *Backend) dispatch(name string, groups, threads [3]int, args ...gpu.Arg)
 		b.cb = b.dev.NewCommandBuffer()
 	}
 	b.cb.Dispatch(p, groups, threads, args...)
+	// Split only after a dispatch: a Use before it stays in its buffer.
+	if b.ncb++; b.split > 0 && b.ncb >= b.split {
+		b.commit()
+	}
 }
 
 // hostArg passes small host data inline (setBytes) and larger data through
@@ -307,6 +381,7 @@ type Weight struct {
 	scales, biases gpu.Buffer
 	soff, boff     int
 	params         []byte // WeightParams
+	bytes          int64  // device memory held
 }
 
 func (w *Weight) Rows() int             { return w.rows }
@@ -382,6 +457,12 @@ func (b *Backend) Upload(h *tensor.Host) (engine.Weight, error) {
 		}
 	}
 	w.params = pack(w.fmt, rows, cols, rowBytes, h.Bits, h.GroupSize, scalarFmt(h.Scales), scalarFmt(h.Biases))
+	for _, x := range []gpu.Buffer{w.data, w.scales, w.biases} {
+		if x != nil {
+			w.bytes += int64(x.Len())
+		}
+	}
+	b.weightBytes.Add(w.bytes)
 	return w, nil
 }
 
@@ -415,6 +496,8 @@ func (b *Backend) ReleaseWeight(w engine.Weight) {
 		}
 	}
 	x.data, x.scales, x.biases = nil, nil, nil
+	b.weightBytes.Add(-x.bytes)
+	x.bytes = 0
 }
 
 // weightArgs are the (W, S, B, WeightParams) arguments of embed and matmul.

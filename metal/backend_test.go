@@ -279,7 +279,16 @@ func TestNormAndRope(t *testing.T) {
 }
 
 func TestAttention(t *testing.T) {
+	for _, chunk := range []int{0, 32} { // one-pass kernel; split (decode rows over > 32 positions)
+		testAttention(t, chunk)
+	}
+}
+
+func testAttention(t *testing.T, chunk int) {
 	b := newBoth(t)
+	if chunk > 0 {
+		b.m.attnChunk = chunk
+	}
 	p := engine.AttnParams{Heads: 4, KVHeads: 2, HeadDim: 48, Scale: 1 / float32(math.Sqrt(48))}
 	kvDim := p.KVHeads * p.HeadDim
 	newKV := func() (engine.KV, engine.KV) {

@@ -79,7 +79,7 @@ func (s *dnState) Free() {
 	for i := range 2 {
 		for _, x := range []gpu.Buffer{s.conv[i], s.rule[i]} {
 			if x != nil {
-				s.b.pending = append(s.b.pending, x)
+				s.b.retire(x)
 			}
 		}
 		s.conv[i], s.rule[i] = nil, nil

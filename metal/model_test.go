@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/macpool/macpool/engine"
@@ -163,38 +164,56 @@ func (d countingDevice) NewCommandBuffer() gpu.CommandBuffer {
 func (c countingCB) Commit() { *c.commits++; c.CommandBuffer.Commit() }
 
 // TestOneSyncPerForward: a whole forward pass (prefill or decode, dense or
-// hybrid with MoE) is one command buffer; only reading the logits waits.
+// hybrid with MoE) waits once, when the logits are read, although it is
+// split into several command buffers (committed as they fill, so a GPU
+// starts early); the split changes no result: logits equal those of one
+// command buffer per pass, bit for bit.
 func TestOneSyncPerForward(t *testing.T) {
 	for _, name := range []string{"hf/qwen3", "hf/qwen3_5_moe"} {
 		t.Run(name, func(t *testing.T) {
-			commits := 0
-			be, err := New(Config{Device: countingDevice{newTestDevice(t), &commits}, Name: testBackendName})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer be.Close()
-			ck, err := checkpoint.Open(fixture(name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ck.Close()
-			m, err := engine.New(be, ck)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			c, err := m.NewCache()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Free()
-			for _, toks := range [][]int{{1, 2, 3, 4, 5, 6, 7}, {8}, {9}} {
-				before := commits
-				if _, err := m.Forward(context.Background(), []engine.Seq{{Cache: c, Tokens: toks}}); err != nil {
+			var ref [][]float32
+			for _, split := range []int{-1, 8} {
+				commits := 0
+				be, err := New(Config{Device: countingDevice{newTestDevice(t), &commits}, Name: testBackendName, SplitDispatches: split})
+				if err != nil {
 					t.Fatal(err)
 				}
-				if n := commits - before; n != 1 {
-					t.Errorf("forward of %d tokens: %d command buffers, want 1", len(toks), n)
+				defer be.Close()
+				ck, err := checkpoint.Open(fixture(name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ck.Close()
+				m, err := engine.New(be, ck)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				c, err := m.NewCache()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Free()
+				for i, toks := range [][]int{{1, 2, 3, 4, 5, 6, 7}, {8}, {9}} {
+					commits0, syncs0 := commits, be.syncs
+					out, err := m.Forward(context.Background(), []engine.Seq{{Cache: c, Tokens: toks}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if n := be.syncs - syncs0; n != 1 {
+						t.Errorf("split %d, forward of %d tokens: %d waits, want 1", split, len(toks), n)
+					}
+					switch n := commits - commits0; {
+					case split < 0 && n != 1:
+						t.Errorf("forward of %d tokens: %d command buffers, want 1", len(toks), n)
+					case split > 0 && n < 3:
+						t.Errorf("split %d, forward of %d tokens: %d command buffers, want several", split, len(toks), n)
+					}
+					if split < 0 {
+						ref = append(ref, out[0])
+					} else if !slices.Equal(out[0], ref[i]) {
+						t.Errorf("split %d, forward %d: logits differ from one command buffer's", split, i)
+					}
 				}
 			}
 		})

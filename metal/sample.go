@@ -7,11 +7,13 @@ import (
 	"github.com/macpool/macpool/engine"
 )
 
+var _ engine.ArgmaxOps = (*Backend)(nil)
+
 // Argmax sets dst[r] to the index of the largest value of row r of t (the
 // lowest index on ties, as engine.Greedy), computed on the GPU, and syncs:
 // greedy decoding then reads 4 bytes per sequence instead of its logits.
-// The engine does not call it yet (an optional hook such as
-// `engine.ArgmaxOps` is core's decision; docs/notes/metal.md).
+// It implements engine.ArgmaxOps: Model.ForwardGreedy (engine/serve's
+// greedy steps) calls it instead of reading the logits.
 func (b *Backend) Argmax(t engine.Tensor, dst []int) error {
 	x := tt(t)
 	if len(dst) != x.rows || x.cols == 0 {

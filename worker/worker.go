@@ -45,7 +45,10 @@ type Resume struct {
 // (docs/cluster.md, "Mid-stream failover"). GenerateResume with a nil r is
 // Generate. tokens are the ids whose text ev carries (every token exactly
 // once, in order; a token whose text is held back goes with the event that
-// finally carries it). A resumed generation prefills prompt + r.Tokens,
+// finally carries it; the values are the engine's own, stored by the
+// coordinator and given back in Resume: engine/serve marks a token that a
+// constraint substituted for a sampled EOS as -1-id). A resumed generation
+// prefills prompt + r.Tokens,
 // continues as an uninterrupted run would (same seed, same step numbers)
 // and emits only new text.
 type ResumeEngine interface {
@@ -73,7 +76,18 @@ type Config struct {
 	// PingInterval is how often a running job checks that its client (and
 	// coordinator) still waits; a job nobody waits for is stopped.
 	PingInterval time.Duration
-	Logger       *slog.Logger
+	// DrainTimeout bounds how long Drain waits for running jobs before it
+	// hands them off to other workers (drain.go); 0: hand off at once.
+	DrainTimeout time.Duration
+	// Secret, if set, is the cluster secret (docs/security.md): gossip is
+	// encrypted with it and the cluster's NATS is reached over mutual TLS
+	// with the derived credentials (natsauth.go). Nil: an open cluster.
+	Secret *cluster.Secret
+	// Placed, if set, makes the worker serve the models the coordinators
+	// place on it besides Models, and share its models with peers
+	// (models.go, docs/notes/distrib.md). Models and Engine may then be empty.
+	Placed *ModelsConfig
+	Logger *slog.Logger
 }
 
 // DefaultConfig returns a worker configuration with one slot.
@@ -84,6 +98,7 @@ func DefaultConfig() Config {
 		StartTimeout: 2 * time.Second,
 		MetaInterval: 500 * time.Millisecond,
 		PingInterval: time.Second,
+		DrainTimeout: 60 * time.Second,
 	}
 }
 
@@ -92,10 +107,10 @@ func (c Config) Validate() error {
 	if c.Name == "" {
 		return errors.New("worker: name must be set")
 	}
-	if len(c.Models) == 0 {
+	if len(c.Models) == 0 && c.Placed == nil { // distrib: placed models come later (models.go)
 		return errors.New("worker: at least one model must be served")
 	}
-	if c.Engine == nil {
+	if c.Engine == nil && len(c.Models) > 0 {
 		return errors.New("worker: engine must be set")
 	}
 	if c.Slots < 1 {
@@ -109,6 +124,12 @@ func (c Config) Validate() error {
 	}
 	if c.MetaInterval <= 0 {
 		return fmt.Errorf("worker: meta interval %v must be positive", c.MetaInterval)
+	}
+	if c.Gossip.Secret != nil && !c.Gossip.Secret.Equal(c.Secret) {
+		return errors.New("worker: gossip secret must be the cluster secret (set Config.Secret only)")
+	}
+	if c.DrainTimeout < 0 {
+		return fmt.Errorf("worker: drain timeout %v must not be negative", c.DrainTimeout)
 	}
 	return nil
 }
@@ -129,6 +150,12 @@ type Worker struct {
 	mu      sync.Mutex
 	cancels map[string]context.CancelFunc // job id -> cancel of a running job
 
+	drain drainState // graceful drain (drain.go)
+	power power      // keeps a Mac awake while jobs run (power.go)
+	route routeState // offered jobs, prefix summaries (prefix.go)
+
+	placed placedState // models placed by the coordinators (models.go)
+
 	closeOnce sync.Once
 }
 
@@ -148,9 +175,11 @@ func New(cfg Config) (*Worker, error) {
 		sem:     make(chan struct{}, cfg.Slots),
 		changed: make(chan struct{}, 1),
 		cancels: map[string]context.CancelFunc{},
+		drain:   newDrainState(),
 		meta: cluster.Meta{
 			Role: cluster.RoleWorker, Version: cfg.Version,
 			Chip: hw.Chip, Cores: hw.Cores, MemoryMB: hw.MemoryMB,
+			GPUCores: hw.GPUCores, GPUWorkingMB: hw.GPUWorkingMB,
 			Models: cfg.Models, Slots: cfg.Slots, Free: cfg.Slots,
 		},
 	}
@@ -160,12 +189,17 @@ func New(cfg Config) (*Worker, error) {
 	gc := cfg.Gossip
 	gc.Name = cfg.Name
 	gc.Meta = w.meta
+	gc.Secret = cfg.Secret
 	gc.Logger = logger
 	ml, err := cluster.New(gc)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w.ml = ml
+	if err := w.initPlaced(); err != nil { // distrib: model store, placed models (models.go)
+		ml.Close()
+		return nil, err
+	}
 	return w, nil
 }
 
@@ -180,21 +214,34 @@ func (w *Worker) Served() int64 { return w.served.Load() }
 
 // Ready reports whether every pull loop has found its model's queue.
 func (w *Worker) Ready() bool {
-	return w.pulling.Load() == int64(w.cfg.Slots*len(w.cfg.Models))
+	return w.pulling.Load() == int64(w.cfg.Slots*len(w.servedModels()))
 }
 
 // Running is the number of jobs running now.
 func (w *Worker) Running() int64 { return w.running.Load() }
 
-// Run connects to NATS (URLs learnt by gossip), takes jobs until ctx ends,
-// then leaves the cluster. Jobs running at that point are cancelled.
+// Run connects to NATS (URLs learnt by gossip), takes jobs until ctx ends
+// or a Drain completes, then leaves the cluster. Jobs running when ctx ends
+// are stopped and handed back to the coordinator (it resumes them on
+// another worker when it can).
 func (w *Worker) Run(ctx context.Context) error {
+	defer close(w.drain.runDone) // after Close: a Drain returns once the worker left
 	defer w.Close()
+	w.drain.runStarted.Store(true)
+	ctx, stopRun := w.drain.runContext(ctx) // ends when a drain completes, even before NATS is found
+	defer stopRun()
 	url, err := w.natsURL(ctx)
+	if err != nil {
+		if w.drain.draining.Load() {
+			return nil // drained before it found NATS
+		}
+		return err
+	}
+	nopts, err := w.natsOptions(url)
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(url, nats.Name(w.cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
+	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
 		return fmt.Errorf("worker: connect nats %s: %w", url, err)
 	}
@@ -208,6 +255,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribe cancel: %w", err)
 	}
 	defer sub.Unsubscribe()
+	dsub, err := nc.Subscribe(cluster.DrainSubject(w.cfg.Name), w.onDrain)
+	if err != nil {
+		return fmt.Errorf("worker: subscribe drain: %w", err)
+	}
+	defer dsub.Unsubscribe()
 	if err := nc.Flush(); err != nil {
 		return fmt.Errorf("worker: flush: %w", err)
 	}
@@ -215,16 +267,29 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Pull loops stop taking jobs when pctx ends (a drain began); the jobs
+	// they run live on ctx.
+	pctx := w.drain.pullContext(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); w.gossipLoad(ctx) }()
+	if err := w.startRouting(ctx, nc, &wg); err != nil { // prefix-aware routing (prefix.go)
+		cancel()
+		wg.Wait()
+		return err
+	}
 	for _, model := range w.cfg.Models {
 		for i := 0; i < w.cfg.Slots; i++ {
 			wg.Add(1)
-			go func() { defer wg.Done(); w.pullLoop(ctx, nc, js, model) }()
+			go func() { defer wg.Done(); w.pullLoop(ctx, pctx, nc, js, model) }()
 		}
 	}
-	<-ctx.Done()
+	w.runPlaced(ctx, pctx, nc, js, &wg) // distrib: models placed by the coordinators (models.go)
+	select {
+	case <-ctx.Done():
+	case <-w.drain.drained:
+	}
+	cancel()
 	wg.Wait()
 	return nil
 }
@@ -258,46 +323,53 @@ func (w *Worker) natsURL(ctx context.Context) (string, error) {
 // pullLoop takes one job at a time for model whenever a slot is free: the
 // pull request is only issued while this worker holds a free slot, so the
 // queue hands work to workers with capacity (least loaded first in effect).
-func (w *Worker) pullLoop(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, model string) {
+// It stops pulling when pctx ends (drain) and runs jobs on ctx.
+func (w *Worker) pullLoop(ctx, pctx context.Context, nc *nats.Conn, js jetstream.JetStream, model string) {
+	w.drain.pullers.Add(1)
+	defer w.drain.pullers.Add(-1)
 	var cons jetstream.Consumer
 	for cons == nil {
-		c, err := js.Consumer(ctx, cluster.StreamName(model), cluster.ConsumerName)
+		c, err := js.Consumer(pctx, cluster.StreamName(model), cluster.ConsumerName)
 		if err == nil {
 			cons = c
 			w.pulling.Add(1)
+			defer w.pulling.Add(-1) // placed models' loops stop on unassign (models.go)
 			w.loadChanged()
 			break
 		}
-		if ctx.Err() != nil {
+		if pctx.Err() != nil {
 			return
 		}
 		w.log.Debug("waiting for queue", "model", model, "err", err)
 		select {
-		case <-ctx.Done():
+		case <-pctx.Done():
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	for {
 		select {
-		case <-ctx.Done():
+		case <-pctx.Done():
 			return
 		case <-w.sem:
 		}
 		// Short pulls: a pull request held by a consumer leader that dies
 		// is lost, so the next one must not wait long to reach the new one.
-		fctx, fcancel := context.WithTimeout(ctx, 2*time.Second)
+		fctx, fcancel := context.WithTimeout(pctx, 2*time.Second)
 		msg, err := cons.Next(jetstream.FetchContext(fctx))
 		fcancel()
+		if w.yieldSlot(msg, err) { // an offered job took this slot (prefix.go)
+			continue
+		}
 		if err != nil {
 			w.sem <- struct{}{}
-			if ctx.Err() != nil {
+			if pctx.Err() != nil {
 				return
 			}
 			if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 				w.log.Debug("fetch", "model", model, "err", err)
 				select {
-				case <-ctx.Done():
+				case <-pctx.Done():
 					return
 				case <-time.After(100 * time.Millisecond):
 				}
@@ -319,7 +391,16 @@ func (w *Worker) loadChanged() {
 // runJob acknowledges the job (removing it from the work queue), checks that
 // its client still waits, runs the engine and streams frames back.
 func (w *Worker) runJob(ctx context.Context, nc *nats.Conn, msg jetstream.Msg) {
-	_ = msg.Ack()
+	// The ack (removal from the work queue) waits for the start handshake:
+	// a worker killed between taking a job and starting it leaves the job
+	// queued (redelivered after the consumer's AckWait) instead of losing
+	// it, since the coordinator only watches jobs that started somewhere.
+	acked := false
+	defer func() {
+		if !acked {
+			_ = msg.Ack()
+		}
+	}()
 	reply := msg.Headers().Get(cluster.HeaderReply)
 	id := msg.Headers().Get(cluster.HeaderJob)
 	if reply == "" || id == "" {
@@ -338,9 +419,11 @@ func (w *Worker) runJob(ctx context.Context, nc *nats.Conn, msg jetstream.Msg) {
 	}()
 
 	w.running.Add(1)
+	w.power.jobStarted(w.log)
 	w.loadChanged()
 	defer func() {
 		w.running.Add(-1)
+		w.power.jobEnded()
 		w.loadChanged()
 	}()
 
@@ -351,6 +434,8 @@ func (w *Worker) runJob(ctx context.Context, nc *nats.Conn, msg jetstream.Msg) {
 	if err == nil && string(resp.Data) != "ok" {
 		err = errors.New(string(resp.Data))
 	}
+	acked = true
+	_ = msg.Ack()
 	if err != nil {
 		w.log.Debug("job abandoned before start", "job", id, "err", err)
 		return
@@ -420,6 +505,12 @@ func (w *Worker) runJob(ctx context.Context, nc *nats.Conn, msg jetstream.Msg) {
 	switch {
 	case err == nil:
 		send(cluster.FrameEnd, nil)
+	case jctx.Err() != nil && (w.drain.handoff.Load() || ctx.Err() != nil):
+		// drain: stopped by a drain deadline or a shutdown; the
+		// coordinator moves the job to another worker from the tokens
+		// the client has (or fails it if it cannot resume).
+		log.Info("handing job back", "err", err)
+		send(cluster.FrameHandoff, []byte(w.cfg.Name))
 	case jctx.Err() != nil && ctx.Err() == nil:
 		log.Debug("job cancelled")
 		send(cluster.FrameError, cluster.EncodeError(&openai.Error{Status: 499, Type: openai.TypeInvalidRequest, Message: "request cancelled"}))
@@ -489,9 +580,11 @@ func (w *Worker) gossipLoad(ctx context.Context) {
 			}
 			dirty = false
 			m := w.meta
+			m.Leaving = w.drain.draining.Load() // drain: route nothing new here
 			m.Ready = w.Ready()
 			m.Running = int(w.running.Load())
-			m.Free = w.cfg.Slots*len(w.cfg.Models) - m.Running
+			m.Models = w.servedModels() // distrib: plus placed models (models.go)
+			m.Free = w.cfg.Slots*len(m.Models) - m.Running
 			if m.Free < 0 {
 				m.Free = 0
 			}
@@ -505,7 +598,7 @@ func (w *Worker) gossipLoad(ctx context.Context) {
 // Close leaves the cluster. Safe to call more than once.
 func (w *Worker) Close() error {
 	var err error
-	w.closeOnce.Do(func() { err = w.ml.Close() })
+	w.closeOnce.Do(func() { w.closePlaced(); err = w.ml.Close() })
 	return err
 }
 

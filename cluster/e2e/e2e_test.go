@@ -46,6 +46,7 @@ type proc struct {
 	cmd    *exec.Cmd
 	fields map[string]string // from its "listening ..." line
 	done   chan struct{}
+	stderr func() string // what it logged so far
 }
 
 // start runs macpool with args, waits for its "listening role=ROLE" line and
@@ -71,6 +72,7 @@ func startEnv(t *testing.T, env []string, role string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	p := &proc{cmd: cmd, done: make(chan struct{})}
+	p.stderr = func() string { mu.Lock(); defer mu.Unlock(); return stderr.String() }
 	lines := make(chan map[string]string, 4)
 	go func() {
 		sc := bufio.NewScanner(stdout)

@@ -46,7 +46,25 @@ type benchResult struct {
 	BandwidthGBs  float64 `json:"bandwidth_gb_s"`
 	BytesPerToken float64 `json:"bytes_per_token"`
 	LoadSeconds   float64 `json:"load_s"`
-	LoadAvg       string  `json:"load_avg,omitempty"`
+	// LoadCPUSeconds is the CPU time (all threads, user + system) of the
+	// load: on a shared machine a steadier figure than LoadSeconds.
+	LoadCPUSeconds float64 `json:"load_cpu_s,omitempty"`
+	// EmptyContext: decode was measured from an empty cache (--llama-bench).
+	EmptyContext bool `json:"decode_from_empty_context,omitempty"`
+	// Resident memory after loading (Linux /proc/self/status, bytes): all,
+	// anonymous (heap: packed/quantized copies, KV), file-backed (mapped
+	// checkpoint pages); FileBytes is the size of --model when it is a file.
+	RSSBytes     int64 `json:"rss_bytes,omitempty"`
+	RSSAnonBytes int64 `json:"rss_anon_bytes,omitempty"`
+	RSSFileBytes int64 `json:"rss_file_bytes,omitempty"`
+	// RSSLoadBytes is the growth of the resident size from before the
+	// model was built to after (the model's share of RSSBytes).
+	RSSLoadBytes int64  `json:"rss_load_bytes,omitempty"`
+	FileBytes    int64  `json:"file_bytes,omitempty"`
+	LoadAvg      string `json:"load_avg,omitempty"`
+
+	// Backend figures of a GPU backend (--backend metal, metal-emulated).
+	*benchBackend
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -62,10 +80,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	repeat := fs.Int("repeat", 1, "runs; the best of each figure is reported")
 	exact := fs.Bool("exact", false, "float32 activations for quantized weights (see engine.Options.ExactMatMul)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	backend := backendFlag(fs)
 	concurrency := fs.Int("concurrency", 0, "concurrent streams through the serving scheduler (0: one stream on the bare model)")
 	cachedPrefix := fs.Int("cached-prefix", 0, "with --concurrency: prompt tokens shared with a warm-up request (prefix cache)")
 	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and prompt")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed runs to this file")
+	kvF16 := fs.Bool("kv-f16", false, "with --concurrency: paged KV cache in half precision (cpu.Config.KVF16)")
+	llamaBench := fs.Bool("llama-bench", false, "measure as llama-bench does (pp N, tg M): the decode starts from an empty cache instead of after the prompt")
+	writeGGUF := fs.String("write-gguf", "", "with --synthetic (dense qwen3 shapes, q8_0/q4_0/bf16/f32): write the model to this .gguf file and exit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -87,6 +109,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cfg.Threads = *threads
 	}
 	cfg.ExactMatMul = *exact
+	cfg.KVF16 = *kvF16
 	switch *quantize {
 	case "":
 	case "q8", "q8_0":
@@ -115,6 +138,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		src, res.Model, res.Quant = sm, *synthetic, string(q)
+		if *writeGGUF != "" {
+			return writeSyntheticGGUF(sm, *writeGGUF, stderr)
+		}
 	} else {
 		ck, err := checkpoint.Open(*model)
 		if err != nil {
@@ -122,16 +148,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer ck.Close()
 		src, res.Model, res.Quant = ck, *model, "stored"
+		if st, err := os.Stat(*model); err == nil && st.Mode().IsRegular() {
+			res.FileBytes = st.Size()
+		}
 	}
 	if *quantize != "" {
 		res.Quant += "→" + cfg.Quantize.String()
 	}
 	rec := &recordingSource{Source: src, quantize: cfg.Quantize, bytes: map[string]int{}}
-	be, err := cpu.New(cfg)
+	be, err := newBenchBackend(*backend, cfg, *quantize)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
+	if be.Name() != "cpu" {
+		res.Impl = be.Name() // the CPU kernels are not what runs
+	}
+	rssBefore, _, _ := residentBytes()
+	cpuBefore := processCPU()
 	start := time.Now()
 	m, err := engine.New(be, rec)
 	if err != nil {
@@ -139,24 +173,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer m.Close()
 	res.LoadSeconds = time.Since(start).Seconds()
+	res.LoadCPUSeconds = processCPU() - cpuBefore
+	res.RSSBytes, res.RSSAnonBytes, res.RSSFileBytes = residentBytes()
+	res.RSSLoadBytes = res.RSSBytes - rssBefore
 	c := m.Config()
 	res.Layers = c.NumHiddenLayers
 	if !*asJSON {
-		fmt.Fprintf(stderr, "%s (%s, %d layers): built in %.1fs, %s kernels, %d threads\n",
-			res.Model, res.Quant, c.NumHiddenLayers, res.LoadSeconds, res.Impl, cfg.Threads)
-	}
-	if *concurrency > 0 {
-		return runBenchConcurrent(ctx, m, res, *concurrency, *cachedPrefix, *seed, *asJSON, stdout)
-	}
-
-	r := rand.New(rand.NewPCG(*seed, 2))
-	prompt := make([]int, *promptTokens)
-	for i := range prompt {
-		prompt[i] = r.IntN(m.VocabSize())
-	}
-	// Warm-up (page in mapped weights, size scratch buffers).
-	if err := benchRun(ctx, m, prompt[:min(16, len(prompt))], 2, nil); err != nil {
-		return err
+		fmt.Fprintf(stderr, "%s (%s, %d layers): built in %.2fs (%.2fs CPU), %s kernels, %d threads\n",
+			res.Model, res.Quant, c.NumHiddenLayers, res.LoadSeconds, res.LoadCPUSeconds, res.Impl, cfg.Threads)
+		if res.RSSBytes > 0 {
+			fmt.Fprintf(stderr, "resident %.3f GB after load (anonymous %.3f, file-backed %.3f; %.3f GB added by the load)", float64(res.RSSBytes)/1e9,
+				float64(res.RSSAnonBytes)/1e9, float64(res.RSSFileBytes)/1e9, float64(res.RSSLoadBytes)/1e9)
+			if res.FileBytes > 0 {
+				fmt.Fprintf(stderr, "; file %.3f GB, added/file %.3f", float64(res.FileBytes)/1e9, float64(res.RSSLoadBytes)/float64(res.FileBytes))
+			}
+			fmt.Fprintln(stderr)
+		}
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -169,10 +201,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *concurrency > 0 {
+		return runBenchConcurrent(ctx, m, res, *concurrency, *cachedPrefix, *seed, *asJSON, stdout)
+	}
+
+	r := rand.New(rand.NewPCG(*seed, 2))
+	prompt := make([]int, *promptTokens)
+	for i := range prompt {
+		prompt[i] = r.IntN(m.VocabSize())
+	}
+	// Warm-up (page in mapped weights, size scratch buffers).
+	if err := benchRun(ctx, m, prompt[:min(16, len(prompt))], 2, false, nil); err != nil {
+		return err
+	}
+	res.EmptyContext = *llamaBench
 	var tokens []time.Duration
 	for range *repeat {
 		var t benchTimes
-		if err := benchRun(ctx, m, prompt, *genTokens, &t); err != nil {
+		if err := benchRun(ctx, m, prompt, *genTokens, *llamaBench, &t); err != nil {
 			return err
 		}
 		res.PrefillTokS = max(res.PrefillTokS, float64(*promptTokens)/t.prefill.Seconds())
@@ -182,8 +228,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	slices.Sort(tokens)
 	res.DecodeMedianTokS = 1 / tokens[len(tokens)/2].Seconds()
-	res.BytesPerToken = rec.bytesPerToken(c, *promptTokens+*genTokens/2)
+	ctxLen := *promptTokens + *genTokens/2
+	if *llamaBench {
+		ctxLen = *genTokens / 2
+	}
+	res.BytesPerToken = rec.bytesPerToken(c, ctxLen)
 	res.BandwidthGBs = res.BytesPerToken * res.DecodeTokS / 1e9
+	res.benchBackend = backendFigures(be, res.BandwidthGBs)
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		res.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
 	}
@@ -192,9 +243,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return enc.Encode(res)
 	}
 	fmt.Fprintf(stdout, "prefill  %8.1f tok/s  (%d-token prompt)\n", res.PrefillTokS, res.PromptTokens)
-	fmt.Fprintf(stdout, "decode   %8.1f tok/s  (%d tokens after the prompt; median token %.1f tok/s)\n", res.DecodeTokS, res.GenTokens, res.DecodeMedianTokS)
+	after := "after the prompt"
+	if res.EmptyContext {
+		after = "from an empty cache"
+	}
+	fmt.Fprintf(stdout, "decode   %8.1f tok/s  (%d tokens %s; median token %.1f tok/s)\n", res.DecodeTokS, res.GenTokens, after, res.DecodeMedianTokS)
 	fmt.Fprintf(stdout, "allocs   %8.0f per decoded token\n", res.DecodeAllocs)
 	fmt.Fprintf(stdout, "memory   %8.1f GB/s   (%.3f GB of weights + KV cache per decoded token)\n", res.BandwidthGBs, res.BytesPerToken/1e9)
+	printBackendFigures(stdout, res.benchBackend)
 	if res.LoadAvg != "" {
 		fmt.Fprintf(stdout, "load average during the run: %s\n", res.LoadAvg)
 	}
@@ -208,8 +264,10 @@ type benchTimes struct {
 }
 
 // benchRun prefills prompt into a fresh cache and decodes gen tokens
-// greedily, timing both phases.
-func benchRun(ctx context.Context, m *engine.Model, prompt []int, gen int, t *benchTimes) error {
+// greedily, timing both phases. With empty, the decode runs in a second
+// fresh cache starting from the prompt's first token, as llama-bench's
+// "tg" test does (its "pp" and "tg" tests each start from an empty cache).
+func benchRun(ctx context.Context, m *engine.Model, prompt []int, gen int, empty bool, t *benchTimes) error {
 	c, err := m.NewCache()
 	if err != nil {
 		return err
@@ -220,6 +278,18 @@ func benchRun(ctx context.Context, m *engine.Model, prompt []int, gen int, t *be
 	if err != nil {
 		return err
 	}
+	prefill := time.Since(start)
+	if empty {
+		e, err := m.NewCache()
+		if err != nil {
+			return err
+		}
+		defer e.Free()
+		if out, err = m.Forward(ctx, []engine.Seq{{Cache: e, Tokens: prompt[:1]}}); err != nil {
+			return err
+		}
+		c = e
+	}
 	var ms runtime.MemStats
 	if t != nil {
 		runtime.ReadMemStats(&ms)
@@ -227,9 +297,9 @@ func benchRun(ctx context.Context, m *engine.Model, prompt []int, gen int, t *be
 	}
 	mid := time.Now()
 	last := mid
+	tok := engine.Argmax(out[0])
 	for range gen {
-		tok := engine.Argmax(out[0])
-		if out, err = m.Forward(ctx, []engine.Seq{{Cache: c, Tokens: []int{tok}}}); err != nil {
+		if tok, err = benchStep(ctx, m, c, tok); err != nil {
 			return err
 		}
 		if t != nil {
@@ -239,7 +309,7 @@ func benchRun(ctx context.Context, m *engine.Model, prompt []int, gen int, t *be
 		}
 	}
 	if t != nil {
-		t.prefill, t.decode = mid.Sub(start), time.Since(mid)
+		t.prefill, t.decode = prefill, time.Since(mid)
 		runtime.ReadMemStats(&ms)
 		t.allocs = ms.Mallocs - t.allocs
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
+	"github.com/macpool/macpool/metrics"
 )
 
 // version is reported in gossip metadata.
@@ -35,6 +36,11 @@ type clusterFlags struct {
 	dataDir  string
 	logLevel string
 	fast     bool
+	// cluster secret (init.go): the -secret-file flag, and the secret
+	// once loaded by clusterSecret
+	secretFile   string
+	secret       *cluster.Secret
+	secretLoaded bool
 }
 
 func (f *clusterFlags) register(fs *flag.FlagSet, gossipDefault string) {
@@ -44,6 +50,7 @@ func (f *clusterFlags) register(fs *flag.FlagSet, gossipDefault string) {
 	fs.StringVar(&f.dataDir, "data-dir", "macpool-data", "state directory: Raft log and snapshots, embedded NATS JetStream store (models live in the Hugging Face cache)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolVar(&f.fast, "fast-timeouts", false, "short gossip and Raft timeouts (tests on one machine)")
+	fs.StringVar(&f.secretFile, "secret-file", "", `cluster secret made by 'macpool init' (default: $MACPOOL_SECRET_FILE, else ~/.config/macpool/cluster.secret if it exists; "none": run open)`)
 }
 
 func (f *clusterFlags) logger(stderr io.Writer) (*slog.Logger, error) {
@@ -95,6 +102,7 @@ type coordinatorFlags struct {
 	bootstrap     string
 	queueLimit    int
 	keyQueueLimit int
+	keyMaxStreams int
 	apiKeys       keyFlags
 	discovery     discoveryFlags // LAN advertising (observe.go)
 }
@@ -123,6 +131,7 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.bootstrap, "bootstrap", "auto", "start a new Raft cluster: auto (when -join is empty), true or false")
 	fs.IntVar(&f.queueLimit, "queue-limit", 256, "jobs queued per model before 429")
 	fs.IntVar(&f.keyQueueLimit, "key-queue-limit", 64, "jobs queued per model and API key before 429 (fairness)")
+	fs.IntVar(&f.keyMaxStreams, "key-max-streams", 0, "requests (queued or running) one API key may have open at once; more get 429 at once (0: no limit; anonymous callers are not limited)")
 	f.discovery.register(fs)
 	fs.Var(&f.apiKeys, "api-key", "store API key ID:SECRET in the cluster state (hashed; repeatable); once any key is stored, requests need one")
 }
@@ -151,8 +160,18 @@ func (f *coordinatorFlags) config(logger *slog.Logger, httpAddr string) (coordin
 	}
 	cfg.QueueLimit = f.queueLimit
 	cfg.KeyQueueLimit = f.keyQueueLimit
+	cfg.KeyMaxStreams = f.keyMaxStreams
 	cfg.HTTPAddr = httpAddr
 	cfg.Logger = logger
+	secret, err := f.clusterSecret(logger, f.gossip, f.natsListen, f.natsCluster, f.raft) // init.go
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Secret = secret
+	if secret != nil && cfg.AdminToken == "" {
+		cfg.AdminToken = secret.AdminToken() // macpool keys/drain send it when they find the secret
+	}
+	f.discovery.useClusterSecret(secret)
 	return cfg, nil
 }
 
@@ -189,6 +208,7 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 		ln.Close()
 		return nil, nil, err
 	}
+	cfg.Metrics = metrics.New() // queue wait recorded by the coordinator; the rest in observe.go
 	c, err := coordinator.New(cfg)
 	if err != nil {
 		ln.Close()
@@ -200,7 +220,7 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 	acfg.Auth = c // anonymous while the cluster stores no API keys
 
 	// Metrics around the service, for /metrics (observe.go).
-	reg, svc := observeCoordinator(c)
+	reg, svc := observeCoordinator(c, cfg.Metrics)
 	srv, err := api.New(acfg, svc, logger)
 	if err != nil {
 		ln.Close()
@@ -209,6 +229,10 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 	}
 	mux := http.NewServeMux()
 	mux.Handle(coordinator.StatusPath, c.StatusHandler())
+	mux.Handle(coordinator.AdminPath, c.AdminHandler()) // keys, drain (macpool keys, macpool drain)
+	// distrib: model registry (macpool models; GET/POST models, DELETE models/{name})
+	mux.Handle(coordinator.ModelsPath, c.ModelsHandler())
+	mux.Handle(coordinator.ModelsPath+"/", c.ModelsHandler())
 	if err := mountObservability(mux, reg); err != nil { // GET /metrics, dashboard at / and /dashboard
 		ln.Close()
 		c.Close()

@@ -117,9 +117,9 @@ func (f *discoveryFlags) advertise(ctx context.Context, g *errgroup.Group, name,
 
 // observeCoordinator creates the metrics registry of a coordinator: request
 // metrics through the instrumented service, queue depth, worker load and
-// leader changes refreshed from the cluster status on every scrape.
-func observeCoordinator(c *coordinator.Coordinator) (*metrics.Registry, api.Service) {
-	reg := metrics.New()
+// leader changes refreshed from the cluster status on every scrape. reg is
+// the registry the coordinator was configured with (Config.Metrics).
+func observeCoordinator(c *coordinator.Coordinator, reg *metrics.Registry) (*metrics.Registry, api.Service) {
 	reg.OnScrape(func(ctx context.Context) {
 		st := c.Status(ctx)
 		reg.SetQueueDepths(st.Queued)

@@ -137,7 +137,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return emit(id)
 	}
-	gen, genErr := m.Generate(ctx, ids, *maxTokens, sampler, stop, timed)
+	var gs engine.Sampler = sampler
+	if *temperature == 0 {
+		gs = engine.Greedy{} // the same argmax; on a GPU backend it runs there (metal)
+	}
+	gen, genErr := m.Generate(ctx, ids, *maxTokens, gs, stop, timed)
 	defer func() {
 		if len(gen) == 0 {
 			return

@@ -85,7 +85,13 @@ func printStatus(w io.Writer, st coordinator.Status) error {
 		if n.Raft != "" {
 			role += " (" + n.Raft + ")"
 		}
+		if n.Leaving {
+			role += " (draining)" // drain.go
+		}
 		hw := fmt.Sprintf("%s, %d cores, %.1f GB", n.Chip, n.Cores, float64(n.MemoryMB)/1024)
+		if n.GPUCores > 0 {
+			hw += fmt.Sprintf(", %d GPU cores", n.GPUCores)
+		}
 		load := "-"
 		if n.Slots > 0 {
 			load = fmt.Sprintf("%d/%d busy", n.Running, n.Slots)

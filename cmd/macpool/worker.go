@@ -29,15 +29,22 @@ type workerFlags struct {
 	slots      int
 	tokenDelay time.Duration
 	threads    int
+	drain      time.Duration // drain.go
+	kv         kvFlags       // --kv-bytes, --no-prefix-cache (workerkv.go)
+
+	placed placedFlags // distrib: -model-store, -models-dir (models_worker.go)
 }
 
 func (f *workerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.model, "model", "", "model to serve: a local folder, a .gguf file or a Hugging Face repo id (ORG/NAME[@REV][:FILE|QUANT])")
 	fs.StringVar(&f.modelName, "model-name", "", "name clients use for the model (default: the repo id, or the folder's base name)")
-	fs.StringVar(&f.backend, "backend", "cpu", "engine backend: cpu, metal (macOS), or test (an instant echo engine for tests and benchmarks; loads no model)")
+	fs.StringVar(&f.backend, "backend", "auto", backendHelp+", or test (an instant echo engine for tests and benchmarks; loads no model)")
 	fs.IntVar(&f.slots, "slots", 8, "sequences generated at once (batched by the engine)")
 	fs.IntVar(&f.threads, "threads", 0, "engine threads (default: all cores)")
 	fs.DurationVar(&f.tokenDelay, "test-token-delay", 0, "delay per token of -backend test")
+	f.kv.register(fs)
+	f.placed.register(fs) // distrib
+	fs.DurationVar(&f.drain, "drain-timeout", 60*time.Second, "on SIGTERM/SIGINT or macpool drain: how long running jobs may finish before they are handed to other workers (a second signal hands them off at once)")
 }
 
 // engine builds the worker's engine, the model name it serves and a
@@ -55,7 +62,8 @@ func (f *workerFlags) engine(logger *slog.Logger) (worker.Engine, string, func()
 	}
 	switch f.backend {
 	case "test":
-		return &worker.TestEngine{TokenDelay: f.tokenDelay}, name, func() error { return nil }, nil
+		// Keyed like a real engine's prefix cache, so prefix routing works with it.
+		return worker.WithPrefixKeys(&worker.TestEngine{TokenDelay: f.tokenDelay}), name, func() error { return nil }, nil
 	default: // an engine backend: cpu, metal, ... (engine.RegisterBackend names)
 		// Hub references were resolved to a cache path (folder or .gguf)
 		// by resolveWorkerModel (cmd/macpool/model.go, package hub).
@@ -69,6 +77,7 @@ func (f *workerFlags) engine(logger *slog.Logger) (worker.Engine, string, func()
 		cfg.Backend = f.backend
 		cfg.Threads = f.threads
 		cfg.MaxSeqs = f.slots
+		f.kv.apply(&cfg)
 		e, err := serve.New(cfg, logger)
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("load model %s: %w", f.model, err)
@@ -108,6 +117,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
+		secret, err := cf.clusterSecret(dlogger, cf.gossip) // init.go
+		if err != nil {
+			return err
+		}
+		df.useClusterSecret(secret)
 		if err := df.discoverJoin(ctx, &cf, dlogger, stderr); err != nil {
 			return err
 		}
@@ -127,7 +141,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *workerFlags, logger *slog.Logger, stdout io.Writer) error {
-	eng, model, closeEngine, err := f.engine(logger)
+	secret, err := cf.clusterSecret(logger, cf.gossip) // init.go; before loading a model
+	if err != nil {
+		return err
+	}
+	eng, model, closeEngine, err := f.placed.engine(f, logger) // distrib: f.engine, or none without -model
 	if err != nil {
 		return err
 	}
@@ -139,14 +157,20 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 	cfg.Engine = eng
 	cfg.Slots = slots
 	cfg.Gossip = cf.gossipConfig()
+	cfg.DrainTimeout = f.drain
 	cfg.Logger = logger
+	cfg.Secret = secret
+	if err := f.placed.apply(&cfg, cf, f, model, logger, os.Stderr); err != nil { // distrib: placed models
+		closeEngine()
+		return err
+	}
 	w, err := worker.New(cfg)
 	if err != nil {
 		closeEngine()
 		return err
 	}
 	g.Go(func() error {
-		err := w.Run(ctx)
+		err := runDraining(ctx, w, logger) // drain.go: ctx ending drains, a second signal stops at once
 		if cerr := closeEngine(); err == nil {
 			err = cerr
 		}

@@ -248,12 +248,26 @@
         const total = nodes.reduce((a, n) => a + (n.slots || 0), 0);
         return el("tr", { "data-model": spec.name },
           el("td", {}, el("div", { class: "name" }, spec.name), detail ? el("div", { class: "sub" }, detail) : null),
-          el("td", {}, nodes.length ? nodes.map((n) => el("span", { class: "badge" }, n.name)) : el("span", { class: "sub" }, "no worker")),
+          el("td", {}, nodes.length ? nodes.map((n) => el("span", { class: "badge" }, n.name)) : el("span", { class: "sub" }, "no worker"),
+            installs(st, spec.name, nodes)),
           el("td", { class: "num" }, nodes.length ? free + " / " + total : "–"),
           el("td", { class: "num queued" }, String(queued[spec.name] || 0)));
       }));
     }
     updateModelSelect([...models.keys()].filter((m) => models.get(m).nodes.length).sort());
+  }
+
+  // Placed models still being installed on a worker (distrib): state and
+  // fetch progress from the status's installs.
+  function installs(st, model, nodes) {
+    const serving = new Set(nodes.map((n) => n.name));
+    const rows = ((st.installs || {})[model] || []).filter((w) => !serving.has(w.worker) && w.state !== "ready");
+    return rows.map((w) => {
+      let text = w.worker + ": " + w.state;
+      if (w.state === "fetching" && w.total > 0) text += " " + Math.floor((100 * (w.bytes || 0)) / w.total) + "%";
+      if (w.from) text += " (" + w.from + ")";
+      return el("div", { class: "sub install", title: w.error || "" }, text + (w.error ? " — " + w.error : ""));
+    });
   }
 
   // ---- playground ----

@@ -53,6 +53,10 @@ type Config struct {
 	// (exact up to float32 rounding, slower). The default quantizes
 	// activations to int8 blocks as llama.cpp does (owner: kernels).
 	ExactMatMul bool
+	// KVF16 stores the paged KV cache (NewKVBlocks) in IEEE half precision:
+	// half the memory and half the bytes attention reads (owner: kernels).
+	// Attention then differs from the float32 cache by ~1e-3 relative.
+	KVF16 bool
 }
 
 // DefaultConfig uses every core.
@@ -87,6 +91,7 @@ type Backend struct {
 	once     sync.Once
 	quantize tensor.Format // Config.Quantize
 	exact    bool          // Config.ExactMatMul
+	kvF16    bool          // Config.KVF16
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -96,7 +101,7 @@ func New(cfg Config) (*Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Backend{threads: cfg.Threads, scratch: make([][]float32, cfg.Threads), quantize: cfg.Quantize, exact: cfg.ExactMatMul}
+	b := &Backend{threads: cfg.Threads, scratch: make([][]float32, cfg.Threads), quantize: cfg.Quantize, exact: cfg.ExactMatMul, kvF16: cfg.KVF16}
 	b.state = make([]atomic.Int32, cfg.Threads)
 	b.wake = make([]chan struct{}, cfg.Threads)
 	b.doneCh = make(chan struct{}, 1)
@@ -230,6 +235,7 @@ func (b *Backend) Upload(h *tensor.Host) (engine.Weight, error) {
 	if copied, err := b.uploadKernel(w, h); err != nil {
 		return nil, fmt.Errorf("cpu: upload: %w", err)
 	} else if copied {
+		dropMapped(h)
 		return w, nil
 	}
 	if h.Numel() <= vectorLimit {
@@ -238,6 +244,7 @@ func (b *Backend) Upload(h *tensor.Host) (engine.Weight, error) {
 			return nil, fmt.Errorf("cpu: upload: %w", err)
 		}
 		w.f32 = f
+		dropMapped(h)
 		return w, nil
 	}
 	switch h.Format {
@@ -251,6 +258,17 @@ func (b *Backend) Upload(h *tensor.Host) (engine.Weight, error) {
 		}
 	}
 	return w, nil
+}
+
+// dropMapped releases the memory-mapped pages of a tensor the backend has
+// copied (tensor.DropPages: only registered read-only file mappings), so a
+// packed model is not resident twice.
+func dropMapped(h *tensor.Host) {
+	for _, x := range []*tensor.Host{h, h.Scales, h.Biases} {
+		if x != nil {
+			tensor.DropPages(x.Data)
+		}
+	}
 }
 
 // view reinterprets little-endian bytes as []T without copying, when the

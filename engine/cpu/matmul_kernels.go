@@ -28,6 +28,27 @@ func (b *Backend) uploadKernel(w *Weight, h *tensor.Host) (copied bool, err erro
 	if len(h.Shape) != 2 || h.Rows() < 2 {
 		return false, nil // vectors: decoded to float32 by Upload
 	}
+	if h.Format == tensor.Q4_K {
+		// Rewritten as MLX affine 4-bit (float32 scale/bias per 32, rows
+		// bit-identical) on the VNNI kernels; without VNNI the row decoder
+		// path stays.
+		if m, err := kernels.PrepareQ4K(h); err == nil {
+			w.k, w.host = m, nil
+			return true, nil
+		}
+	}
+	if h.Format == tensor.Q6_K && !b.exact && h.Cols()%32 == 0 && kernels.Packed() {
+		// No Q6_K kernel (16-value scales): requantized to Q8_0 (1.3× its
+		// size) rather than the row decoder, ~100× slower, which would
+		// dominate a Q4_K_M model's decode (its output matrix is Q6_K).
+		// ExactMatMul keeps the exact row decoder.
+		m, err := kernels.QuantizeMatrix(h, tensor.Q8_0)
+		if err != nil {
+			return false, err
+		}
+		w.k, w.format, w.host = m, tensor.Q8_0, nil
+		return true, nil
+	}
 	m, err := kernels.Prepare(h)
 	if err != nil {
 		return false, nil // no kernel: the DecodeRow path

@@ -22,9 +22,14 @@ var (
 // (v[(b*bs + o)*dim + h*headDim + x]) so P·V is an accumulation over the
 // block's positions with the output in registers (8×32 GEMM tiles for
 // prefill, an axpy-sum for decode) instead of short dot products.
+//
+// With Config.KVF16 the blocks hold IEEE half floats instead (k16, v16, same
+// layout; k and v nil): half the memory and half the bytes a decoded token
+// reads per cached position, at ~5e-4 relative rounding of K and V.
 type kvBlocks struct {
 	heads, headDim, dim, bs, blocks int
 	k, v                            []float32
+	k16, v16                        []uint16
 }
 
 // NewKVBlocks allocates a layer's block store (float32, zeroed lazily by
@@ -35,19 +40,29 @@ func (b *Backend) NewKVBlocks(kvHeads, headDim, blockSize, blocks int) (engine.K
 	}
 	dim := kvHeads * headDim
 	n := blocks * dim * blockSize
-	return &kvBlocks{heads: kvHeads, headDim: headDim, dim: dim, bs: blockSize, blocks: blocks,
-		k: make([]float32, n), v: make([]float32, n)}, nil
+	s := &kvBlocks{heads: kvHeads, headDim: headDim, dim: dim, bs: blockSize, blocks: blocks}
+	if b.kvF16 {
+		s.k16, s.v16 = make([]uint16, n), make([]uint16, n)
+	} else {
+		s.k, s.v = make([]float32, n), make([]float32, n)
+	}
+	return s, nil
 }
 
 func (s *kvBlocks) View(t *engine.BlockTable) engine.KV { return &pagedKV{st: s, t: t} }
 
 func (s *kvBlocks) CopyBlock(dst, src int) {
 	w := s.dim * s.bs
+	if s.k16 != nil {
+		copy(s.k16[dst*w:(dst+1)*w], s.k16[src*w:(src+1)*w])
+		copy(s.v16[dst*w:(dst+1)*w], s.v16[src*w:(src+1)*w])
+		return
+	}
 	copy(s.k[dst*w:(dst+1)*w], s.k[src*w:(src+1)*w])
 	copy(s.v[dst*w:(dst+1)*w], s.v[src*w:(src+1)*w])
 }
 
-func (s *kvBlocks) Free() { s.k, s.v = nil, nil }
+func (s *kvBlocks) Free() { s.k, s.v, s.k16, s.v16 = nil, nil, nil, nil }
 
 // block returns K of kv head h in block b (headDim rows of bs positions)
 // and V of block b from kv head h on (bs rows of stride dim).
@@ -56,6 +71,14 @@ func (s *kvBlocks) block(b, h int) (k, v []float32) {
 	n := s.headDim * s.bs
 	vo := b*s.dim*s.bs + h*s.headDim
 	return s.k[o : o+n : o+n], s.v[vo : (b+1)*s.dim*s.bs]
+}
+
+// block16 is block for f16 blocks.
+func (s *kvBlocks) block16(b, h int) (k, v []uint16) {
+	o := (b*s.dim + h*s.headDim) * s.bs
+	n := s.headDim * s.bs
+	vo := b*s.dim*s.bs + h*s.headDim
+	return s.k16[o : o+n : o+n], s.v16[vo : (b+1)*s.dim*s.bs]
 }
 
 // pagedKV is one sequence's view of a layer's blocks through its table.
@@ -101,6 +124,11 @@ func (b *Backend) storeKVPaged(kt, vt *Tensor, seqs []engine.AttnSeq) {
 			blk, o := c.t.Blocks[p/st.bs], p%st.bs
 			m := min(st.bs-o, s.N-i) // positions going into this block
 			base := blk * st.dim * st.bs
+			if st.k16 != nil {
+				storeF16(st, kt, vt, s.Row+i, base, o, m)
+				i += m
+				continue
+			}
 			for r := 0; r < st.dim; r++ {
 				dk := st.k[base+r*st.bs+o : base+r*st.bs+o+m]
 				for j := range dk {
@@ -111,6 +139,24 @@ func (b *Backend) storeKVPaged(kt, vt *Tensor, seqs []engine.AttnSeq) {
 			i += m
 		}
 		c.n = s.Pos + s.N
+	}
+}
+
+// storeF16 writes rows [row, row+m) of kt/vt at offset o of the f16 block
+// starting at base: V rows converted in place (position-major), K rows
+// converted through a small buffer and transposed (dimension-major).
+func storeF16(st *kvBlocks, kt, vt *Tensor, row, base, o, m int) {
+	kernels.F32ToF16(st.v16[base+o*st.dim:base+(o+m)*st.dim], vt.data[row*st.dim:(row+m)*st.dim])
+	var buf [256]uint16
+	for c0 := 0; c0 < st.dim; c0 += len(buf) {
+		c1 := min(st.dim, c0+len(buf))
+		for j := range m {
+			h := buf[:c1-c0]
+			kernels.F32ToF16(h, kt.data[(row+j)*st.dim+c0:(row+j)*st.dim+c1])
+			for r, x := range h {
+				st.k16[base+(c0+r)*st.bs+o+j] = x
+			}
+		}
 	}
 }
 
@@ -143,8 +189,12 @@ func (b *Backend) attentionPaged(d, qt *Tensor, seqs []engine.AttnSeq, p engine.
 		}
 	}
 	mMax := pagedRows * group
+	conv := 0 // f16 blocks widened for the prefill GEMMs
+	if len(seqs) > 0 && seqs[0].KV.(*pagedKV).st.k16 != nil {
+		conv = hd * seqs[0].KV.(*pagedKV).st.bs
+	}
 	b.parallel(len(tasks), 1, func(lo, hi, w int) {
-		buf := b.scratchBuf(w, 3*mMax*hd+mMax*maxLen)
+		buf := b.scratchBuf(w, 3*mMax*hd+mMax*maxLen+conv)
 		for _, t := range tasks[lo:hi] {
 			b.pagedTask(d, qt, seqs[t.seq], t.kvHead, t.r0, t.r1, group, p, buf)
 		}
@@ -166,6 +216,11 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1, gro
 	sc := buf[m*hd : m*hd+m*n]
 	o := buf[m*hd+m*n : 2*m*hd+m*n]
 	tmp := buf[2*m*hd+m*n : 3*m*hd+m*n]
+	f16 := st.k16 != nil
+	var wide []float32 // one f16 block widened to float32 (prefill GEMMs)
+	if f16 {
+		wide = buf[3*m*hd+m*n : 3*m*hd+m*n+hd*bs]
+	}
 	h0 := kvHead * group
 	for r := range rows {
 		row := s.Row + r0 + r
@@ -180,8 +235,24 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1, gro
 	valid := func(i int) int { return s.Pos + r0 + i/group + 1 } // keys query i sees
 	gemm := m >= 8
 	for bi := 0; bi*bs < n; bi++ {
-		kb, _ := st.block(c.t.Blocks[bi], kvHead)
 		L := min(bs, n-bi*bs)
+		if f16 {
+			kb, _ := st.block16(c.t.Blocks[bi], kvHead)
+			if gemm {
+				kernels.F16ToF32(wide, kb)
+				kernels.GemmF32NN(sc[bi*bs:], n, a, hd, wide, bs, m, L, hd)
+				continue
+			}
+			for i := range m {
+				if v := valid(i); bi*bs < v {
+					seg := sc[i*n+bi*bs : i*n+bi*bs+min(L, v-bi*bs)]
+					clear(seg)
+					kernels.AxpysF16(seg, a[i*hd:(i+1)*hd], kb, bs, hd)
+				}
+			}
+			continue
+		}
+		kb, _ := st.block(c.t.Blocks[bi], kvHead)
 		if gemm {
 			kernels.GemmF32NN(sc[bi*bs:], n, a, hd, kb, bs, m, L, hd)
 			continue
@@ -203,8 +274,25 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1, gro
 	}
 	clear(o)
 	for bi := 0; bi*bs < n; bi++ {
-		_, vb := st.block(c.t.Blocks[bi], kvHead)
 		L := min(bs, n-bi*bs)
+		if f16 {
+			_, vb := st.block16(c.t.Blocks[bi], kvHead)
+			if gemm {
+				for j := range L { // rows of this kv head's values
+					kernels.F16ToF32(wide[j*hd:(j+1)*hd], vb[j*st.dim:j*st.dim+hd])
+				}
+				kernels.GemmF32NN(tmp, hd, sc[bi*bs:], n, wide, hd, m, hd, L)
+				kernels.AxpyF32(o, 1, tmp)
+				continue
+			}
+			for i := range m {
+				if v := valid(i); bi*bs < v {
+					kernels.AxpysF16(o[i*hd:(i+1)*hd], sc[i*n+bi*bs:i*n+bi*bs+min(L, v-bi*bs)], vb, st.dim, min(L, v-bi*bs))
+				}
+			}
+			continue
+		}
+		_, vb := st.block(c.t.Blocks[bi], kvHead)
 		if gemm {
 			kernels.GemmF32NN(tmp, hd, sc[bi*bs:], n, vb, st.dim, m, hd, L)
 			kernels.AxpyF32(o, 1, tmp)

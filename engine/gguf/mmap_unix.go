@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+
+	"github.com/macpool/macpool/engine/tensor"
 )
 
 // mmap maps size bytes of fd read-only; writing to the mapping faults.
@@ -14,5 +16,8 @@ func mmap(fd *os.File, size int) ([]byte, func() error, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("mmap: %w", err)
 	}
-	return b, func() error { return syscall.Munmap(b) }, nil
+	// Backends that copy a tensor at upload may drop its mapped pages
+	// (tensor.DropPages): the mapping is read-only and shared.
+	tensor.RegisterMapped(b)
+	return b, func() error { tensor.UnregisterMapped(b); return syscall.Munmap(b) }, nil
 }

@@ -177,7 +177,7 @@ func (e *Engine) benchStream(ctx context.Context, prompt []int, gen int, submit 
 	defer cache.Free()
 	s := &seq{cache: cache, res: make(chan stepResult, 1)}
 	defer e.done(s)
-	sr := e.step(ctx, s, prompt, true)
+	sr := e.stepGreedy(ctx, s, prompt, true, true)
 	for sr.err == nil {
 		now := time.Now()
 		if len(st.times) == 0 {
@@ -187,7 +187,7 @@ func (e *Engine) benchStream(ctx context.Context, prompt []int, gen int, submit 
 		if len(st.times) == gen {
 			break
 		}
-		sr = e.step(ctx, s, []int{engine.Argmax(sr.logits)}, false)
+		sr = e.stepGreedy(ctx, s, []int{sr.token}, false, true)
 	}
 	st.end = time.Now()
 	return st, sr.err

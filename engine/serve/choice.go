@@ -39,6 +39,10 @@ func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.E
 	if err != nil {
 		return res, openai.InvalidRequest("", "%v", err)
 	}
+	// Steps whose token is the plain argmax of the logits let the backend
+	// pick it (on a GPU only the id comes back): greedy, nothing that
+	// changes or reports the logits.
+	greedy := greedyParams(params) && !p.logprobs && p.segments == nil
 	cache, err := e.newCache()
 	if err != nil {
 		return res, err
@@ -47,9 +51,10 @@ func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.E
 	s := &seq{cache: cache, res: make(chan stepResult, 1)}
 	defer e.done(s) // runs before Free: the scheduler forgets s first
 
-	var resumed []int
+	var resumed []int // decoded ids; subst[k]: resumed[k] replaced a sampled EOS
+	var subst []bool
 	if i < len(p.resume) {
-		resumed = p.resume[i]
+		resumed, subst = decodeResumed(p.resume[i])
 	}
 	out := e.newOutput(p, i, emit)
 	if p.kind == api.KindChat && len(resumed) == 0 {
@@ -64,7 +69,7 @@ func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.E
 		input = append(slices.Clip(p.prompt), resumed...)
 	}
 	// The scheduler prefills the input in chunks (after the prefix cache).
-	sr := e.step(ctx, s, input, true)
+	sr := e.stepGreedy(ctx, s, input, true, greedy && len(resumed) >= p.minTokens)
 	if sr.err != nil {
 		return res, sr.err
 	}
@@ -78,9 +83,9 @@ func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.E
 	// Replay resumed tokens silently: parsers and constraint catch up.
 	out.silent = true
 	ended := false
-	for _, id := range resumed {
+	for k, id := range resumed {
 		if con != nil {
-			con.accept(id)
+			con.replay(id, subst[k])
 		}
 		gen = append(gen, id)
 		if (con != nil && con.done) || (!p.ignoreEOS && slices.Contains(e.eos, id)) {
@@ -108,24 +113,31 @@ func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.E
 			}
 		}
 		id := -1
+		if logits == nil {
+			id = sr.token // a greedy step: the backend took the argmax
+		}
 		if con != nil {
 			id = con.prepare(logits)
 		}
 		if id < 0 {
 			id = sampler.Sample(logits, p.prompt, gen)
 		}
+		rep := id // reported with the events: the id, or its substitution mark
 		if con != nil {
-			id = con.accept(id)
+			if acc := con.accept(id); acc != id {
+				id, rep = acc, substituted(acc)
+			}
 		}
 		gen = append(gen, id)
 		if p.logprobs {
 			out.logprob(sample.Logprobs(raw, id, p.top))
 		}
 		if (con != nil && con.done) || (!p.ignoreEOS && slices.Contains(e.eos, id)) {
-			out.ids = append(out.ids, id) // rides on the last event
+			out.ids = append(out.ids, rep) // rides on the last event
 			finish = "stop"
 			break
 		}
+		out.ids = append(out.ids, rep) // reported with the next event emitted
 		stopped, err := out.token(id)
 		if err != nil {
 			return res, err
@@ -137,7 +149,7 @@ func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.E
 		if len(gen) >= p.maxTokens {
 			break
 		}
-		if sr = e.step(ctx, s, []int{id}, false); sr.err != nil {
+		if sr = e.stepGreedy(ctx, s, []int{id}, false, greedy && len(gen) >= p.minTokens); sr.err != nil {
 			return res, sr.err
 		}
 		logits = sr.logits
@@ -148,6 +160,13 @@ func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.E
 	res.tokens = len(gen)
 	res.reasoningTokens = out.reasoningTokens
 	return res, nil
+}
+
+// greedyParams says whether p picks the argmax of the raw logits:
+// temperature 0 and no penalty or bias (top-k/p and min-p keep the argmax).
+func greedyParams(p sample.Params) bool {
+	return p.Temperature == 0 && (p.RepetitionPenalty == 0 || p.RepetitionPenalty == 1) &&
+		p.PresencePenalty == 0 && p.FrequencyPenalty == 0 && len(p.LogitBias) == 0
 }
 
 // output turns one choice's tokens into events: detokenizer → stop strings
@@ -169,7 +188,7 @@ type output struct {
 	lps      []openai.TokenLogprob
 	wantLP   bool
 	silent   bool  // replaying resumed tokens: emit nothing
-	ids      []int // generated tokens not yet reported with an event
+	ids      []int // generated tokens not yet reported with an event (substitution marks included)
 
 	inThink         bool
 	reasoningTokens int
@@ -219,9 +238,6 @@ func (e *Engine) tokenLogprob(id int, lp float32) openai.TokenLogprob {
 // string.
 func (o *output) token(id int) (stopped bool, err error) {
 	e := o.e
-	if !o.silent {
-		o.ids = append(o.ids, id) // reported with the next event emitted
-	}
 	if id == e.thinkOpen {
 		o.inThink = true
 	}
@@ -309,4 +325,25 @@ func (o *output) push(text, reason string) error {
 	ids := o.ids
 	o.ids = nil
 	return o.emit(ev, ids)
+}
+
+// A token that a constraint put in place of a sampled EOS (a grammar or
+// XML text segment ended, the next forced literal's first token follows) is
+// reported as substituted(id) < 0, so that a resumed generation can replay
+// the constraint exactly: from the id alone it is ambiguous whether the
+// segment ended there (the same token may also be valid inside it, e.g.
+// whitespace after a JSON value before "\n</parameter>").
+func substituted(id int) int { return -1 - id }
+
+// decodeResumed splits resumed token marks into ids and substitution flags.
+func decodeResumed(marks []int) (ids []int, subst []bool) {
+	ids, subst = make([]int, len(marks)), make([]bool, len(marks))
+	for k, m := range marks {
+		if m < 0 {
+			ids[k], subst[k] = -1-m, true
+		} else {
+			ids[k] = m
+		}
+	}
+	return ids, subst
 }

@@ -207,6 +207,21 @@ func (c *constraint) accept(id int) int {
 	return id
 }
 
+// replay advances the constraint over a token generated before a failover
+// exactly as prepare + accept did when it was generated: subst says the
+// token replaced a sampled EOS (reported as substituted(id)), so the EOS is
+// what is accepted again.
+func (c *constraint) replay(id int, subst bool) {
+	// prepare's own state change: an XML text segment ends at its cap.
+	for c.i < len(c.segs) && c.segs[c.i].kind == segText && c.pos >= c.segs[c.i].maxToks {
+		c.next()
+	}
+	if subst {
+		id = c.v.eos[0]
+	}
+	c.accept(id)
+}
+
 // substitute is the forced token of the segment just entered, consumed.
 func (c *constraint) substitute() int {
 	id := c.prepare(nil)

@@ -39,11 +39,13 @@ type stepReq struct {
 	off    int      // tokens[:off] are in the cache
 	cached int      // positions the prefix cache supplied at first admission
 	first  bool     // the sequence's first step (its prompt)
+	greedy bool     // only the argmax of the last logits is needed (engine.Seq.Greedy)
 	hashes []uint64 // block hashes of tokens (twin detection), computed on demand
 }
 
 type stepResult struct {
-	logits []float32
+	logits []float32 // nil when the step was greedy and the backend picked token
+	token  int       // greedy steps: the argmax of the logits
 	cached int
 	err    error
 }
@@ -159,10 +161,10 @@ func (e *Engine) loop() {
 		}
 		seqs := make([]engine.Seq, len(batch))
 		for i, it := range batch {
-			seqs[i] = engine.Seq{Cache: it.r.s.cache, Tokens: it.r.tokens[it.r.off : it.r.off+it.n]}
+			seqs[i] = engine.Seq{Cache: it.r.s.cache, Tokens: it.r.tokens[it.r.off : it.r.off+it.n], Greedy: it.r.greedy}
 		}
 		t0 := time.Now()
-		logits, err := e.model.Forward(context.Background(), seqs)
+		logits, toks, err := e.model.ForwardGreedy(context.Background(), seqs)
 		e.forwardNanos.Add(int64(time.Since(t0)))
 		e.passes.Add(1)
 		clear(st.awaiting)
@@ -179,7 +181,7 @@ func (e *Engine) loop() {
 			}
 			if r.off == len(r.tokens) {
 				st.awaiting[s] = true
-				e.answer(st, r, stepResult{logits: logits[i], cached: r.cached})
+				e.answer(st, r, stepResult{logits: logits[i], token: toks[i], cached: r.cached})
 			}
 		}
 	}
@@ -408,8 +410,15 @@ func (e *Engine) failAll(rs []*stepReq) {
 // prefix cache). Once submitted, the scheduler answers it: with the result,
 // or with ctx's error if ctx ends before the step runs.
 func (e *Engine) step(ctx context.Context, s *seq, tokens []int, first bool) stepResult {
+	return e.stepGreedy(ctx, s, tokens, first, false)
+}
+
+// stepGreedy is step; with greedy, the result carries the argmax of the
+// logits in token, and (on a backend that computes it on the device,
+// engine.ArgmaxOps) no logits.
+func (e *Engine) stepGreedy(ctx context.Context, s *seq, tokens []int, first, greedy bool) stepResult {
 	select {
-	case e.steps <- &stepReq{ctx: ctx, s: s, tokens: tokens, first: first}:
+	case e.steps <- &stepReq{ctx: ctx, s: s, tokens: tokens, first: first, greedy: greedy}:
 	case <-ctx.Done():
 		return stepResult{err: ctx.Err()}
 	case <-e.quit:

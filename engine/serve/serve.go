@@ -380,6 +380,9 @@ func (e *Engine) Generate(ctx context.Context, job *api.Job, emit func(*api.Even
 // sampler steps, constraints and output parsers, so the continuation is
 // what the first worker would have produced (same seed, same step
 // numbers); events carry only new text. Usage counts all tokens.
+// Tokens are as GenerateResumeTokens reported them: a negative value marks a
+// token that a constraint substituted for a sampled EOS (choice.go,
+// substituted), which the replay of the constraint needs.
 type Resume struct {
 	Tokens [][]int
 }
@@ -401,7 +404,9 @@ func (e *Engine) GenerateResume(ctx context.Context, job *api.Job, r *Resume, em
 // restores any held-back text, so the continuation is the uninterrupted
 // run's remainder. The EOS (or the token that completed a constraint) goes
 // with the choice's last event; resumed tokens, the role event and the usage
-// event carry none.
+// event carry none. A token that a constraint put in place of a sampled EOS
+// is reported as -1-id (see substituted): the values are for Resume, not
+// for display.
 func (e *Engine) GenerateResumeTokens(ctx context.Context, job *api.Job, r *Resume, emit func(*api.Event, []int) error) error {
 	select {
 	case <-e.quit:
@@ -422,8 +427,9 @@ func (e *Engine) GenerateResumeTokens(ctx context.Context, job *api.Job, r *Resu
 		}
 		p.resume = r.Tokens
 		for _, toks := range r.Tokens {
-			for _, id := range toks {
-				if id < 0 || id >= e.model.VocabSize() {
+			ids, _ := decodeResumed(toks)
+			for _, id := range ids {
+				if id >= e.model.VocabSize() {
 					return openai.InvalidRequest("", "resume token id %d outside the vocabulary", id)
 				}
 			}

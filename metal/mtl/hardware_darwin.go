@@ -97,3 +97,10 @@ func (h HardwareInfo) String() string {
 	return fmt.Sprintf("%s, %d GPU cores, %d MiB unified memory, GPU working set %d MiB",
 		h.Chip, h.GPUCores, h.UnifiedMemory>>20, h.RecommendedMaxWorkingSet>>20)
 }
+
+// RecommendedMaxWorkingSet is MTLDevice.recommendedMaxWorkingSetSize: the
+// bytes the GPU can use without hurting performance (metal.Backend's KV
+// budget is what the weights leave of it).
+func (d *Device) RecommendedMaxWorkingSet() uint64 {
+	return msgU64(d.dev, s("recommendedMaxWorkingSetSize"))
+}

@@ -135,3 +135,36 @@ func TestKQuantRequantized(t *testing.T) {
 		}
 	}
 }
+
+// TestKQuantNative: K-quant fixtures with default options (Q4_K matrices
+// on the VNNI kernels through their exact MLX affine rewrite, Q6_K ones
+// requantized to Q8_0; int8 activations) vs the exact references. Q4_K_M
+// files within the bounds of TestQuantizedActivationsVsLlamaCpp; the
+// all-Q6_K file, wholly requantized, within 2× llama.cpp's error as in
+// TestKQuantRequantized. With ExactMatMul they stay exact.
+func TestKQuantNative(t *testing.T) {
+	dir := filepath.Join(testdata, "gguf")
+	ref := reftest.ReadRef(t, dir)
+	vocab := ref.LogitsShape[1]
+	for _, name := range []string{"qwen3-q4_k_m", "qwen3moe-q4_k_m", "qwen3-q6_k"} {
+		want := reftest.ReadF32(t, filepath.Join(dir, name+".ref_logits.f32"))
+		llama := reftest.MaxRelL2(reftest.ReadF32(t, filepath.Join(dir, name+".llamacpp_logits.f32")), want, vocab)
+		lg := reftest.Logits(t, filepath.Join(dir, name+".gguf"), ref.InputIDs, engine.Options{Threads: 2})
+		got, med := reftest.MaxRelL2(lg, want, vocab), medianRelL2(lg, want, vocab)
+		exact := reftest.MaxRelL2(reftest.Logits(t, filepath.Join(dir, name+".gguf"), ref.InputIDs, engine.Options{Threads: 2, ExactMatMul: true}), want, vocab)
+		t.Logf("%s: rel-L2 max %.3g median %.3g, exact path %.3g (llama.cpp max %.3g)", name, got, med, exact, llama)
+		bound := 1.25 * llama
+		switch {
+		case strings.HasPrefix(name, "qwen3moe"):
+			bound = max(2*llama, 0.05)
+		case strings.HasSuffix(name, "q6_k"):
+			bound = 2 * llama
+		}
+		if got > bound {
+			t.Errorf("%s: rel-L2 %.3g > bound %.3g (llama.cpp %.3g)", name, got, bound, llama)
+		}
+		if exact > 1e-4 {
+			t.Errorf("%s: exact path rel-L2 %.3g, want < 1e-4", name, exact)
+		}
+	}
+}

@@ -22,9 +22,13 @@ func BenchmarkMatMul(b *testing.B) {
 	for _, f := range formats {
 		cases = append(cases, tc{f.String(), randHost(r, f, N, K)})
 	}
-	cases = append(cases, tc{"MLX4", randMLX(r, 4, 64, N, K)}, tc{"MLX8", randMLX(r, 8, 64, N, K)})
+	cases = append(cases, tc{"MLX4", randMLX(r, 4, 64, N, K)}, tc{"MLX8", randMLX(r, 8, 64, N, K)}, tc{"Q4_K", randQ4K(r, N, K)})
 	for _, c := range cases {
-		m, err := Prepare(c.h)
+		prepare := Prepare
+		if c.h.Format == tensor.Q4_K {
+			prepare = PrepareQ4K
+		}
+		m, err := prepare(c.h)
 		if err != nil {
 			b.Logf("%s: %v", c.name, err)
 			continue

@@ -51,6 +51,10 @@ var ErrUnsupported = errors.New("kernels: format not supported")
 // for logs and bench output.
 func Impl() string { return impl() }
 
+// Packed reports whether quantized matrices use the packed AVX-512 VNNI
+// kernels on this machine.
+func Packed() bool { return usePacked() }
+
 type layout int
 
 const (
@@ -71,7 +75,8 @@ type Matrix struct {
 	nb     int       // blocks of 32 per row
 	copied bool      // data is the kernels' own (packed or quantized), not h.Data
 
-	bits, groupSize int // MLXAffine (mlx.go)
+	bits, groupSize int  // MLXAffine (mlx.go)
+	headF32         bool // MLXAffine with float32 scales/biases (4-bit: the Q4_K rewrite, kquant.go)
 }
 
 // Prepare wraps h for the kernels. F32, BF16 and F16 are views of h.Data

@@ -125,6 +125,10 @@ func packedKernel(m *Matrix, cols int, w []byte, ngroups int, in *Input, i int, 
 		xs := &in.S128[i*nb]
 		ngr, bpg := m.Cols/m.groupSize, m.groupSize/QK
 		switch {
+		case m.headF32 && cols == 4:
+			gemmMLXF4x4VNNI(&w[0], ngr, bpg, ngroups, xq, xd, xs, K, &dst[0], ldd*4)
+		case m.headF32:
+			gemmMLXF4x1VNNI(&w[0], ngr, bpg, ngroups, xq, xd, xs, &dst[0])
 		case m.bits == 8 && cols == 4:
 			gemmMLX8x4VNNI(&w[0], ngr, bpg, ngroups, xq, xd, xs, K, &dst[0], ldd*4)
 		case m.bits == 8:
@@ -150,6 +154,12 @@ func packedKernel(m *Matrix, cols int, w []byte, ngroups int, in *Input, i int, 
 		}
 	}
 }
+
+//go:noescape
+func gemmMLXF4x4VNNI(w *byte, ngr, bpg, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes int)
+
+//go:noescape
+func gemmMLXF4x1VNNI(w *byte, ngr, bpg, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32)
 
 //go:noescape
 func gemmMLX4x4VNNI(w *byte, ngr, bpg, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes int)
@@ -263,3 +273,25 @@ func gemmQ8x1VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, ds
 
 //go:noescape
 func gemmQ4x1VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, pf int)
+
+// packedKernel8 multiplies ngroups packed Q8_0/Q4_0 groups of w with the 8
+// interleaved rows [i, i+8) of x8 into dst (row stride ldd floats).
+func packedKernel8(m *Matrix, w []byte, ngroups int, x8 *input8, i int, dst []float32, ldd int) {
+	nb := x8.nb
+	_ = w[ngroups*m.groupStride()-1]
+	_ = dst[7*ldd+ngroups*packRows-1]
+	o := i / 8 * nb * 8 // first (block, row) entry of the row group
+	_ = x8.q[(o+nb*8)*QK-1]
+	xq, xd, xs := &x8.q[o*QK], &x8.d[o], &x8.s[o]
+	if m.Format == tensor.Q8_0 {
+		gemmQ8x8VNNI(&w[0], nb, ngroups, xq, xd, xs, &dst[0], ldd*4)
+	} else {
+		gemmQ4x8VNNI(&w[0], nb, ngroups, xq, xd, xs, &dst[0], ldd*4)
+	}
+}
+
+//go:noescape
+func gemmQ8x8VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes int)
+
+//go:noescape
+func gemmQ4x8VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes int)

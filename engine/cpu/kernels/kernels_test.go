@@ -145,7 +145,7 @@ func TestMatMulMatchesReference(t *testing.T) {
 		for _, f := range formats {
 			t.Logf("testing %s/%v", im.name, f)
 			for _, sh := range shapes {
-				for _, M := range []int{1, 2, 3, 4, 5, 9} {
+				for _, M := range []int{1, 2, 3, 4, 5, 8, 9, 13, 17} {
 					name := fmt.Sprintf("%s/%v/%dx%d/M%d", im.name, f, sh.rows, sh.cols, M)
 					im.set()
 					h := randHost(r, f, sh.rows, sh.cols)

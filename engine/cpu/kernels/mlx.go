@@ -3,6 +3,7 @@ package kernels
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/macpool/macpool/engine/tensor"
 )
@@ -20,17 +21,33 @@ import (
 // Other machines, other bit widths and non-bf16 scales use the DecodeRow
 // fallback of the backend (ErrUnsupported).
 
-const packMLXHead = 64 // 16 bf16 scales + 16 bf16 −bias/128
+// 16 bf16 scales + 16 bf16 −bias/128; with float32 scales and biases
+// (4-bit only: Q4_K rewritten, kquant.go) 16 f32 of each.
+const (
+	packMLXHead    = 64
+	packMLXHeadF32 = 128
+)
 
 func mlxSupported(h *tensor.Host) bool {
-	return (h.Bits == 4 || h.Bits == 8) && h.GroupSize%QK == 0 && h.GroupSize > 0 &&
-		h.Scales != nil && h.Biases != nil && h.Scales.Format == tensor.BF16 && h.Biases.Format == tensor.BF16
+	if h.GroupSize%QK != 0 || h.GroupSize <= 0 || h.Scales == nil || h.Biases == nil {
+		return false
+	}
+	bf16 := h.Scales.Format == tensor.BF16 && h.Biases.Format == tensor.BF16
+	f32 := h.Scales.Format == tensor.F32 && h.Biases.Format == tensor.F32
+	return (h.Bits == 4 || h.Bits == 8) && bf16 || h.Bits == 4 && f32
+}
+
+func (m *Matrix) mlxHead() int {
+	if m.headF32 {
+		return packMLXHeadF32
+	}
+	return packMLXHead
 }
 
 func mlxBlockBytes(bits int) int { return packRows * QK * bits / 8 }
 
 // mlxGroupBytes is the packed size of one (row group, column group).
-func (m *Matrix) mlxGroupBytes() int { return packMLXHead + m.groupSize/QK*mlxBlockBytes(m.bits) }
+func (m *Matrix) mlxGroupBytes() int { return m.mlxHead() + m.groupSize/QK*mlxBlockBytes(m.bits) }
 
 // prepareMLX repacks an MLX affine matrix (validated by the caller with
 // DecodeRow) for the VNNI kernels.
@@ -39,13 +56,18 @@ func prepareMLX(h *tensor.Host, m *Matrix) error {
 		return fmt.Errorf("kernels: prepare %s: %w: MLX %d-bit group %d", h.Name, ErrUnsupported, h.Bits, h.GroupSize)
 	}
 	m.bits, m.groupSize, m.nb = h.Bits, h.GroupSize, m.Cols/QK
+	m.headF32 = h.Scales.Format == tensor.F32
+	ss := 2 // bytes per scale/bias
+	if m.headF32 {
+		ss = 4
+	}
 	ngr := m.Cols / m.groupSize
 	groups := (m.Rows + packRows - 1) / packRows
 	gb := m.mlxGroupBytes()
 	m.data = make([]byte, groups*ngr*gb)
 	m.layout, m.copied = layoutPacked16, true
 	rowBytes := m.Cols * h.Bits / 8
-	if len(h.Data) != m.Rows*rowBytes || len(h.Scales.Data) != 2*m.Rows*ngr || len(h.Biases.Data) != 2*m.Rows*ngr {
+	if len(h.Data) != m.Rows*rowBytes || len(h.Scales.Data) != ss*m.Rows*ngr || len(h.Biases.Data) != ss*m.Rows*ngr {
 		return fmt.Errorf("kernels: prepare %s: MLX data sizes do not match shape %v", h.Name, h.Shape)
 	}
 	bb := mlxBlockBytes(h.Bits)
@@ -54,11 +76,17 @@ func prepareMLX(h *tensor.Host, m *Matrix) error {
 		src := h.Data[r*rowBytes : (r+1)*rowBytes]
 		for cg := 0; cg < ngr; cg++ {
 			dst := m.data[(g*ngr+cg)*gb : (g*ngr+cg+1)*gb]
-			copy(dst[2*lane:], h.Scales.Data[2*(r*ngr+cg):2*(r*ngr+cg)+2])
-			bias := tensor.BF16ToF32(binary.LittleEndian.Uint16(h.Biases.Data[2*(r*ngr+cg):]))
-			binary.LittleEndian.PutUint16(dst[32+2*lane:], tensor.F32ToBF16(bias*(-1.0/128)))
+			if m.headF32 {
+				copy(dst[4*lane:], h.Scales.Data[4*(r*ngr+cg):4*(r*ngr+cg)+4])
+				bias := math.Float32frombits(binary.LittleEndian.Uint32(h.Biases.Data[4*(r*ngr+cg):]))
+				binary.LittleEndian.PutUint32(dst[64+4*lane:], math.Float32bits(bias*(-1.0/128)))
+			} else {
+				copy(dst[2*lane:], h.Scales.Data[2*(r*ngr+cg):2*(r*ngr+cg)+2])
+				bias := tensor.BF16ToF32(binary.LittleEndian.Uint16(h.Biases.Data[2*(r*ngr+cg):]))
+				binary.LittleEndian.PutUint16(dst[32+2*lane:], tensor.F32ToBF16(bias*(-1.0/128)))
+			}
 			for b := 0; b < m.groupSize/QK; b++ {
-				q := dst[packMLXHead+b*bb:]
+				q := dst[m.mlxHead()+b*bb:]
 				for k := range QK {
 					col := cg*m.groupSize + b*QK + k
 					code := mlxCode(src, col, h.Bits)
@@ -95,10 +123,16 @@ func (m *Matrix) unpackMLXRow(r int, dst []float32) {
 	g, lane := r/packRows, r%packRows
 	for cg := 0; cg < ngr; cg++ {
 		blk := m.data[(g*ngr+cg)*gb : (g*ngr+cg+1)*gb]
-		scale := tensor.BF16ToF32(binary.LittleEndian.Uint16(blk[2*lane:]))
-		bias := tensor.BF16ToF32(binary.LittleEndian.Uint16(blk[32+2*lane:])) * -128
+		var scale, bias float32
+		if m.headF32 {
+			scale = math.Float32frombits(binary.LittleEndian.Uint32(blk[4*lane:]))
+			bias = math.Float32frombits(binary.LittleEndian.Uint32(blk[64+4*lane:])) * -128
+		} else {
+			scale = tensor.BF16ToF32(binary.LittleEndian.Uint16(blk[2*lane:]))
+			bias = tensor.BF16ToF32(binary.LittleEndian.Uint16(blk[32+2*lane:])) * -128
+		}
 		for b := 0; b < m.groupSize/QK; b++ {
-			q := blk[packMLXHead+b*bb:]
+			q := blk[m.mlxHead()+b*bb:]
 			for k := range QK {
 				var code byte
 				if m.bits == 8 {
@@ -126,8 +160,7 @@ func dotMLXRowGo(h *tensor.Host, r int, q []int8, d []float32) float32 {
 	var s float32
 	for b := 0; b < cols/QK; b++ {
 		cg := b * QK / h.GroupSize
-		scale := tensor.BF16ToF32(binary.LittleEndian.Uint16(h.Scales.Data[2*(r*ngr+cg):]))
-		bias := tensor.BF16ToF32(binary.LittleEndian.Uint16(h.Biases.Data[2*(r*ngr+cg):]))
+		scale, bias := mlxParam(h.Scales, r*ngr+cg), mlxParam(h.Biases, r*ngr+cg)
 		var sum, sx int32
 		for k := range QK {
 			xq := int32(q[b*QK+k])
@@ -137,4 +170,12 @@ func dotMLXRowGo(h *tensor.Host, r int, q []int8, d []float32) float32 {
 		s += d[b] * (scale*float32(sum) + bias*float32(sx))
 	}
 	return s
+}
+
+// mlxParam reads scale or bias i (bf16 or float32).
+func mlxParam(s *tensor.Host, i int) float32 {
+	if s.Format == tensor.F32 {
+		return math.Float32frombits(binary.LittleEndian.Uint32(s.Data[4*i:]))
+	}
+	return tensor.BF16ToF32(binary.LittleEndian.Uint16(s.Data[2*i:]))
 }

@@ -40,6 +40,12 @@
 	VPSLLD    $16, Z9, Z9;  \
 	ADDQ      $64, SI
 
+// float32 head: 16 scales, 16 −bias/128 (the Q4_K rewrite).
+#define HEADF \
+	VMOVUPS (SI), Z8;    \
+	VMOVUPS 64(SI), Z9;  \
+	ADDQ    $128, SI
+
 #define DOT4(off, Z) \
 	VPDPBUSD.BCST off(R8), Z, Z16;        \
 	VPDPBUSD.BCST off(R8)(R9*1), Z, Z17;  \
@@ -276,5 +282,66 @@ m4x1block:
 	ADDQ    $64, DI
 	DECQ    AX
 	JNZ     m4x1group
+	VZEROUPPER
+	RET
+
+// func gemmMLXF4x4VNNI(w *byte, ngr, bpg, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes int)
+// gemmMLX4x4VNNI with float32 heads.
+TEXT ·gemmMLXF4x4VNNI(SB), NOSPLIT, $0-80
+	PROLOGUE4
+
+mf4x4group:
+	GROUP4
+
+mf4x4cgroup:
+	HEADF
+	MOVQ bpg+16(FP), CX
+
+mf4x4block:
+	LOADC4
+	MBLOCK4
+	ADDQ $256, SI
+	DECQ CX
+	JNZ  mf4x4block
+	DECQ R15
+	JNZ  mf4x4cgroup
+	STORE4
+	DECQ AX
+	JNZ  mf4x4group
+	VZEROUPPER
+	RET
+
+// func gemmMLXF4x1VNNI(w *byte, ngr, bpg, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32)
+// gemmMLX4x1VNNI with float32 heads.
+TEXT ·gemmMLXF4x1VNNI(SB), NOSPLIT, $0-64
+	MOVQ         w+0(FP), SI
+	MOVQ         ngroups+24(FP), AX
+	MOVQ         dst+56(FP), DI
+	MOVL         $0x0f0f0f0f, CX
+	VPBROADCASTD CX, Z10
+
+mf4x1group:
+	GROUP1
+
+mf4x1cgroup:
+	HEADF
+	MOVQ bpg+16(FP), CX
+
+mf4x1block:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
+	PREFETCHT0 1216(SI)
+	LOADC4
+	MBLOCK1
+	ADDQ $256, SI
+	DECQ CX
+	JNZ  mf4x1block
+	DECQ R15
+	JNZ  mf4x1cgroup
+	VMOVUPS Z24, (DI)
+	ADDQ    $64, DI
+	DECQ    AX
+	JNZ     mf4x1group
 	VZEROUPPER
 	RET

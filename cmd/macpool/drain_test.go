@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// Bad use of keys and drain is a usage error (exit 2) with a clear
+// message, before anything is sent.
+func TestKeysDrainUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"keys"}, "subcommand is required"},
+		{[]string{"keys", "frob"}, `unknown keys subcommand "frob"`},
+		{[]string{"keys", "revoke"}, "needs the key id"},
+		{[]string{"keys", "list", "extra"}, `unexpected argument "extra"`},
+		{[]string{"keys", "create", "--bogus"}, "flag provided but not defined"},
+		{[]string{"drain"}, "needs the node name"},
+		{[]string{"drain", "w1", "--timeout", "-1s"}, "-timeout must not be negative"},
+		{[]string{"drain", "w1", "w2"}, `unexpected argument "w2"`},
+		{[]string{"drain", "--timeout", "1s", "w1", "w2"}, `unexpected argument "w2"`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			code := runMain(context.Background(), tc.args, &stdout, &stderr)
+			if code != 2 || !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+func TestSplitVerb(t *testing.T) {
+	for _, args := range [][]string{{"w1", "--timeout", "2s"}, {"--timeout", "2s", "w1"}} {
+		fs := newFlagSet("drain", &strings.Builder{})
+		timeout := fs.Duration("timeout", 0, "")
+		node, err := splitVerb(fs, args)
+		if err != nil || node != "w1" || timeout.String() != "2s" {
+			t.Fatalf("splitVerb(%q): node %q timeout %v err %v", args, node, *timeout, err)
+		}
+	}
+}

@@ -1,0 +1,165 @@
+#include "textflag.h"
+
+// Eight activation rows per pass over the packed weights (AVX-512 VNNI;
+// batched decode of 8 sequences): each 64-byte weight chunk is loaded once
+// and used by 8 VPDPBUSD. The activations come interleaved block-major
+// (pack8: block b, row r quants at xq[(b*8+r)*32], scale xd[b*8+r], sum
+// correction xs[b*8+r]) so one pointer per array addresses all 8 rows.
+//
+// Registers: SI weights, AX groups left, CX blocks left, DI dst of row 0
+// for the current group, DX dst row stride (bytes), R8 x quants, R11 x
+// scales, BX x corrections, R9/R10 store addresses.
+// Z0-Z7 weight chunks, Z8 row scales (Z9 the Q4 nibble mask), Z10-Z11
+// scale products, Z16-Z23 int32 block sums, Z24-Z31 float sums.
+
+// Chunk Z (values off..off+3 of the block) × the 8 rows.
+#define DOT8(off, Z) \
+	VPDPBUSD.BCST (off)(R8), Z, Z16;     \
+	VPDPBUSD.BCST (32+off)(R8), Z, Z17;  \
+	VPDPBUSD.BCST (64+off)(R8), Z, Z18;  \
+	VPDPBUSD.BCST (96+off)(R8), Z, Z19;  \
+	VPDPBUSD.BCST (128+off)(R8), Z, Z20; \
+	VPDPBUSD.BCST (160+off)(R8), Z, Z21; \
+	VPDPBUSD.BCST (192+off)(R8), Z, Z22; \
+	VPDPBUSD.BCST (224+off)(R8), Z, Z23
+
+#define SCALE8(r, ZI, ZF, T) \
+	VCVTDQ2PS   ZI, ZI;                 \
+	VMULPS.BCST (4*r)(R11), Z8, T;      \
+	VFMADD231PS T, ZI, ZF
+
+#define BLOCK8 \
+	VPBROADCASTD (BX), Z16;    \
+	VPBROADCASTD 4(BX), Z17;   \
+	VPBROADCASTD 8(BX), Z18;   \
+	VPBROADCASTD 12(BX), Z19;  \
+	VPBROADCASTD 16(BX), Z20;  \
+	VPBROADCASTD 20(BX), Z21;  \
+	VPBROADCASTD 24(BX), Z22;  \
+	VPBROADCASTD 28(BX), Z23;  \
+	DOT8(0, Z0);               \
+	DOT8(4, Z1);               \
+	DOT8(8, Z2);               \
+	DOT8(12, Z3);              \
+	DOT8(16, Z4);              \
+	DOT8(20, Z5);              \
+	DOT8(24, Z6);              \
+	DOT8(28, Z7);              \
+	SCALE8(0, Z16, Z24, Z10);  \
+	SCALE8(1, Z17, Z25, Z11);  \
+	SCALE8(2, Z18, Z26, Z10);  \
+	SCALE8(3, Z19, Z27, Z11);  \
+	SCALE8(4, Z20, Z28, Z10);  \
+	SCALE8(5, Z21, Z29, Z11);  \
+	SCALE8(6, Z22, Z30, Z10);  \
+	SCALE8(7, Z23, Z31, Z11);  \
+	ADDQ $256, R8;             \
+	ADDQ $32, R11;             \
+	ADDQ $32, BX
+
+#define GROUP8 \
+	VXORPS Z24, Z24, Z24;  \
+	VXORPS Z25, Z25, Z25;  \
+	VXORPS Z26, Z26, Z26;  \
+	VXORPS Z27, Z27, Z27;  \
+	VXORPS Z28, Z28, Z28;  \
+	VXORPS Z29, Z29, Z29;  \
+	VXORPS Z30, Z30, Z30;  \
+	VXORPS Z31, Z31, Z31;  \
+	MOVQ nb+8(FP), CX;     \
+	MOVQ xq+24(FP), R8;    \
+	MOVQ xd+32(FP), R11;   \
+	MOVQ xs+40(FP), BX
+
+#define STORE8 \
+	LEAQ    (DI)(DX*2), R9;   \
+	LEAQ    (R9)(DX*2), R10;  \
+	VMOVUPS Z24, (DI);        \
+	VMOVUPS Z25, (DI)(DX*1);  \
+	VMOVUPS Z26, (R9);        \
+	VMOVUPS Z27, (R9)(DX*1);  \
+	VMOVUPS Z28, (R10);       \
+	VMOVUPS Z29, (R10)(DX*1); \
+	LEAQ    (R10)(DX*2), R9;  \
+	VMOVUPS Z30, (R9);        \
+	VMOVUPS Z31, (R9)(DX*1);  \
+	ADDQ    $64, DI
+
+// Q8 block: scales and 8 chunks of 64 bytes.
+#define LOADQ8X \
+	VCVTPH2PS (SI), Z8;     \
+	VMOVDQU32 32(SI), Z0;   \
+	VMOVDQU32 96(SI), Z1;   \
+	VMOVDQU32 160(SI), Z2;  \
+	VMOVDQU32 224(SI), Z3;  \
+	VMOVDQU32 288(SI), Z4;  \
+	VMOVDQU32 352(SI), Z5;  \
+	VMOVDQU32 416(SI), Z6;  \
+	VMOVDQU32 480(SI), Z7
+
+// Q4 block: scales and 4 chunks of 64 bytes (low nibbles: chunks 0-3, high
+// nibbles: chunks 4-7).
+#define LOADQ4X \
+	VCVTPH2PS (SI), Z8;     \
+	VMOVDQU32 32(SI), Z0;   \
+	VMOVDQU32 96(SI), Z1;   \
+	VMOVDQU32 160(SI), Z2;  \
+	VMOVDQU32 224(SI), Z3;  \
+	VPSRLW    $4, Z0, Z4;   \
+	VPSRLW    $4, Z1, Z5;   \
+	VPSRLW    $4, Z2, Z6;   \
+	VPSRLW    $4, Z3, Z7;   \
+	VPANDD    Z9, Z0, Z0;   \
+	VPANDD    Z9, Z1, Z1;   \
+	VPANDD    Z9, Z2, Z2;   \
+	VPANDD    Z9, Z3, Z3;   \
+	VPANDD    Z9, Z4, Z4;   \
+	VPANDD    Z9, Z5, Z5;   \
+	VPANDD    Z9, Z6, Z6;   \
+	VPANDD    Z9, Z7, Z7
+
+// func gemmQ8x8VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes int)
+TEXT ·gemmQ8x8VNNI(SB), NOSPLIT, $0-64
+	MOVQ w+0(FP), SI
+	MOVQ ngroups+16(FP), AX
+	MOVQ dst+48(FP), DI
+	MOVQ lddBytes+56(FP), DX
+
+q8x8group:
+	GROUP8
+
+q8x8block:
+	LOADQ8X
+	BLOCK8
+	ADDQ $544, SI
+	DECQ CX
+	JNZ  q8x8block
+	STORE8
+	DECQ AX
+	JNZ  q8x8group
+	VZEROUPPER
+	RET
+
+// func gemmQ4x8VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes int)
+TEXT ·gemmQ4x8VNNI(SB), NOSPLIT, $0-64
+	MOVQ         w+0(FP), SI
+	MOVQ         ngroups+16(FP), AX
+	MOVQ         dst+48(FP), DI
+	MOVQ         lddBytes+56(FP), DX
+	MOVL         $0x0f0f0f0f, CX
+	VPBROADCASTD CX, Z9
+
+q4x8group:
+	GROUP8
+
+q4x8block:
+	LOADQ4X
+	BLOCK8
+	ADDQ $288, SI
+	DECQ CX
+	JNZ  q4x8block
+	STORE8
+	DECQ AX
+	JNZ  q4x8group
+	VZEROUPPER
+	RET
