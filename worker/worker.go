@@ -435,7 +435,14 @@ func (w *Worker) runJob(ctx context.Context, nc *nats.Conn, msg jetstream.Msg) {
 		err = errors.New(string(resp.Data))
 	}
 	acked = true
-	_ = msg.Ack()
+	// Wait for the server to confirm the removal: the per-key queue bound
+	// counts messages still in the stream, and under load an unconfirmed
+	// ack can trail the client's next request and make it look queued.
+	actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+	if aerr := msg.DoubleAck(actx); aerr != nil {
+		w.log.Debug("ack job", "job", id, "err", aerr)
+	}
+	acancel()
 	if err != nil {
 		w.log.Debug("job abandoned before start", "job", id, "err", err)
 		return

@@ -29,6 +29,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "macpool")
+	// Processes inherit the environment: keep a developer's own cluster
+	// secret and keys (~/.config/macpool) out of the tests.
+	os.Setenv("MACPOOL_HOME", filepath.Join(dir, "home"))
+	for _, v := range []string{"MACPOOL_SECRET_FILE", "MACPOOL_CLUSTER_SECRET", "MACPOOL_API_KEY", "MACPOOL_ADMIN_KEY"} {
+		os.Unsetenv(v)
+	}
 	build := exec.Command("go", "build", "-o", binary, "github.com/macpool/macpool/cmd/macpool")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -25,18 +25,19 @@ type kvFlags struct {
 }
 
 func (f *kvFlags) register(fs *flag.FlagSet) {
-	fs.Var(&f.bytes, "kv-bytes", "KV cache budget, e.g. 2GiB or 512MiB (default: the metal backend's own budget; cpu on a Mac: the GPU's recommended working set minus the weights; elsewhere the engine's default, 2GiB at most)")
+	fs.Var(&f.bytes, "kv-bytes", "KV cache budget, e.g. 2GiB or 512MiB (default: metal/auto: the backend's own budget; cpu on a Mac: the GPU's recommended working set minus the weights; elsewhere the engine's default, 2GiB at most)")
 	fs.BoolVar(&f.noPrefixCache, "no-prefix-cache", false, "do not reuse cached prompt prefixes (the KV cache is still paged)")
 }
 
 // apply sets the KV budget and prefix cache of cfg, whose ModelDir and
-// Backend are set. Without --kv-bytes the Metal backends budget themselves
-// (engine.KVBudgeter: the working set less the uploaded weights); for the
-// others the budget is derived here (defaultKVBytes).
+// Backend are set. Without --kv-bytes the budget of the cpu backend is
+// derived here (defaultKVBytes); the others (metal, and auto, which is
+// metal on a Mac with a GPU) budget themselves (engine.KVBudgeter: the
+// working set less the uploaded weights) or take the engine's default.
 func (f *kvFlags) apply(cfg *serve.Config) {
 	cfg.NoPrefixCache = f.noPrefixCache
 	cfg.KVBytes = int64(f.bytes)
-	if cfg.KVBytes == 0 && !strings.HasPrefix(cfg.Backend, "metal") {
+	if cfg.KVBytes == 0 && cfg.Backend == "cpu" {
 		cfg.KVBytes = defaultKVBytes(weightBytes(cfg.ModelDir))
 	}
 }

@@ -90,12 +90,14 @@ func TestKVFlags(t *testing.T) {
 	if err != nil || cfg.KVBytes != 512<<20 || !cfg.NoPrefixCache {
 		t.Errorf("--kv-bytes 512MiB --no-prefix-cache: KVBytes %d NoPrefixCache %v (err %v)", cfg.KVBytes, cfg.NoPrefixCache, err)
 	}
-	cfg, err = parse()
+	cfg, err = parse("--backend", "cpu")
 	if err != nil || cfg.NoPrefixCache || cfg.KVBytes != defaultKVBytes(4000) {
 		t.Errorf("defaults: KVBytes %d (want %d) NoPrefixCache %v (err %v)", cfg.KVBytes, defaultKVBytes(4000), cfg.NoPrefixCache, err)
 	}
-	if cfg, _ = parse("--backend", "metal"); cfg.KVBytes != 0 {
-		t.Errorf("metal without --kv-bytes: KVBytes %d, want 0 (the backend budgets itself)", cfg.KVBytes)
+	for _, be := range []string{"metal", "auto"} {
+		if cfg, _ = parse("--backend", be); cfg.KVBytes != 0 {
+			t.Errorf("%s without --kv-bytes: KVBytes %d, want 0 (the backend budgets itself)", be, cfg.KVBytes)
+		}
 	}
 	if _, err := parse("--kv-bytes", "lots"); err == nil || !strings.Contains(err.Error(), `size "lots"`) {
 		t.Errorf("--kv-bytes lots: error %v, want a size error", err)
