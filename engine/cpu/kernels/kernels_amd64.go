@@ -173,11 +173,13 @@ func gemmMLX4x1VNNI(w *byte, ngr, bpg, ngroups int, xq *int8, xd *float32, xs *i
 //go:noescape
 func gemmMLX8x1VNNI(w *byte, ngr, bpg, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32)
 
-// matmulFloatFast: F32/BF16 weights with at least 4 activation rows, on
-// 4×4 tiles (AVX-512); tails of rows go through the row dots.
+// matmulFloatFast: F32/BF16 weights on 4×4 tiles (AVX-512); the activation
+// rows and weight rows the tiles leave over go through one-row kernels that
+// sum in the tiles' order, so a row's result does not depend on how many
+// rows share the call (batch invariance: see gemm1_amd64.s).
 func matmulFloatFast(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) bool {
 	K := in.K
-	if !useAVX512F || in.M < 4 || K%16 != 0 {
+	if !useAVX512F || K%16 != 0 {
 		return false
 	}
 	M := in.M
@@ -199,18 +201,26 @@ func matmulFloatFast(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) b
 				}
 			}
 		}
-		// Tails: weight rows [c4, c1) for every x row, x rows [M4, M).
-		for n := c0; n < c1; n++ {
-			i0 := M4
-			if n >= c4 {
-				i0 = 0
-			}
-			for i := i0; i < M; i++ {
-				xr := in.X[i*K : (i+1)*K]
+		for i := M4; i < M; i++ {
+			x := in.X[i*K : (i+1)*K]
+			for n := c0; n < c4; n += 4 {
+				_ = dst[i*ldd+n+3]
 				if m.f32 != nil {
-					dst[i*ldd+n] = DotF32(xr, m.f32[n*K:(n+1)*K])
+					w := m.f32[n*K : (n+4)*K]
+					gemmF32x1x4(&x[0], &w[0], 4*K, K, &dst[i*ldd+n])
 				} else {
-					dst[i*ldd+n] = DotBF16(xr, m.u16[n*K:(n+1)*K])
+					w := m.u16[n*K : (n+4)*K]
+					gemmBF16x1x4(&x[0], &w[0], 2*K, K, &dst[i*ldd+n])
+				}
+			}
+		}
+		for n := c4; n < c1; n++ {
+			for i := 0; i < M; i++ {
+				x := in.X[i*K : (i+1)*K]
+				if m.f32 != nil {
+					dst[i*ldd+n] = gemmF32x1x1(&x[0], &m.f32[n*K], K)
+				} else {
+					dst[i*ldd+n] = gemmBF16x1x1(&x[0], &m.u16[n*K], K)
 				}
 			}
 		}
