@@ -163,7 +163,7 @@ func submit(ctx context.Context, svc api.Service, job *api.Job) (result, error) 
 // waitWorkers waits until c sees n workers serving testModel and pulling jobs.
 func waitWorkers(t testing.TB, c *coordinator.Coordinator, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("%d workers", n), func() bool {
+	eventually(t, 30*time.Second, fmt.Sprintf("%d workers", n), func() bool {
 		k := 0
 		for _, m := range c.Membership().Members() {
 			if m.Meta.Role == cluster.RoleWorker && m.Meta.Serves(testModel) && m.Meta.Ready {
