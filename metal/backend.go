@@ -77,6 +77,11 @@ type Backend struct {
 	// attnChunk is the positions per split of split (flash-decoding)
 	// paged attention (a multiple of 32; tests lower it).
 	attnChunk int
+	// Reused device scratch (no buffer allocation per layer or token):
+	// split attention's partial results, shared by every layer of a pass
+	// (dispatches run serially), and Argmax's output ids.
+	attnPart, argOut gpu.Buffer
+	moeIdx, moeWts   gpu.Buffer // MoE routing (expert ids, weights) of the current layer
 	// pending holds buffers that the current command buffer may still use
 	// (released tensors, staging uploads, outgrown KV buffers); they are
 	// freed after the next sync.
@@ -171,6 +176,11 @@ func (b *Backend) Close() error {
 		}
 	}
 	b.dummy.Release()
+	for _, x := range []gpu.Buffer{b.attnPart, b.argOut, b.moeIdx, b.moeWts} {
+		if x != nil {
+			x.Release()
+		}
+	}
 	if cerr := b.dev.Close(); err == nil {
 		err = cerr
 	}
@@ -293,6 +303,25 @@ func (b *Backend) sync() error {
 		return fmt.Errorf("metal: %w", err)
 	}
 	return nil
+}
+
+// scratchBuf returns *p if it holds size bytes, else a new buffer of at
+// least size bytes in *p (the old one is freed after the next sync: work in
+// flight may still use it). Contents are undefined.
+func (b *Backend) scratchBuf(p *gpu.Buffer, size int) gpu.Buffer {
+	if *p != nil && (*p).Len() >= size {
+		return *p
+	}
+	if *p != nil {
+		b.pending = append(b.pending, *p)
+		size = max(size, 2*(*p).Len())
+	}
+	nb, err := b.dev.NewBuffer(size)
+	if err != nil {
+		panic(fmt.Sprintf("metal: scratch buffer of %d bytes: %v", size, err))
+	}
+	*p = nb
+	return nb
 }
 
 // retire frees cache buffers after the next sync; unlike the other ops it

@@ -107,15 +107,9 @@ func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEPa
 	inter := tabs.gate.rows
 	logits := b.NewTensor(T, E)
 	b.MatMul(logits, x, w.Router, nil)
-	idx, err := b.dev.NewBuffer(4 * R)
-	if err != nil {
-		panic(fmt.Sprintf("metal: moe: %v", err))
-	}
-	wts, err := b.dev.NewBuffer(4 * R)
-	if err != nil {
-		panic(fmt.Sprintf("metal: moe: %v", err))
-	}
-	b.pending = append(b.pending, idx, wts)
+	// Reused by every MoE layer: the next layer's route runs after this
+	// layer's combine (serial dispatch).
+	idx, wts := b.scratchBuf(&b.moeIdx, 4*R), b.scratchBuf(&b.moeWts, 4*R)
 	b.dispatch("moe_route", [3]int{T, 1, 1}, [3]int{32, 1, 1}, buf(idx), buf(wts), buf(tt(logits).buf),
 		gpu.Arg{Bytes: pack(T, E, K, b2u(p.Normalize))})
 	gt, ut := b.NewTensor(R, inter), b.NewTensor(R, inter)

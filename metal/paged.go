@@ -207,11 +207,9 @@ func (b *Backend) splitAttention(d, qt *Tensor, k, v gpu.Buffer, ri, tab gpu.Arg
 		b.pipes["attention_paged_part"] == nil || b.pipes["attention_combine"] == nil {
 		return false
 	}
-	part, err := b.dev.NewBuffer(scratch)
-	if err != nil {
-		panic(fmt.Sprintf("metal: attention scratch of %d bytes: %v", scratch, err))
-	}
-	b.pending = append(b.pending, part)
+	// One scratch for all layers: the combine of layer l runs before the
+	// part kernel of layer l+1 overwrites it (serial dispatch).
+	part := b.scratchBuf(&b.attnPart, scratch)
 	b.dispatch("attention_paged_part", [3]int{p.Heads, rows, splits}, [3]int{32, 1, 1},
 		buf(part), buf(qt.buf), buf(k), buf(v), ri, tab,
 		gpu.Arg{Bytes: pack(p.Heads, p.KVHeads, p.HeadDim, bs, p.Scale, b.attnChunk, splits)})
@@ -224,7 +222,7 @@ func (b *Backend) splitAttention(d, qt *Tensor, k, v gpu.Buffer, ri, tab gpu.Arg
 // limits under which a call is split (fewer (head, row) pairs than
 // splitMaxGroups: decode batches, not prefill; bounded scratch).
 const (
-	defaultAttnChunk = 256
+	defaultAttnChunk = 128
 	splitMaxGroups   = 1024
 	splitMaxScratch  = 16 << 20
 )

@@ -22,11 +22,7 @@ func (b *Backend) Argmax(t engine.Tensor, dst []int) error {
 	if x.rows == 0 {
 		return nil
 	}
-	out, err := b.dev.NewBuffer(4 * x.rows)
-	if err != nil {
-		return fmt.Errorf("metal: argmax: %w", err)
-	}
-	defer out.Release() // after the sync below
+	out := b.scratchBuf(&b.argOut, 4*x.rows) // read right after the sync below
 	b.dispatch("argmax", [3]int{x.rows, 1, 1}, [3]int{32, 1, 1}, buf(out), buf(x.buf), gpu32(x.cols))
 	if err := b.sync(); err != nil {
 		return err

@@ -49,7 +49,7 @@ func TestAxpysF16(t *testing.T) {
 	r := rand.New(rand.NewPCG(23, 24))
 	for _, im := range testImpls() {
 		im.set()
-		for _, tc := range []struct{ cols, stride, n int }{{128, 128, 5}, {128, 1024, 33}, {16, 32, 128}, {32, 32, 128}, {7, 32, 128}, {150, 300, 3}, {1, 1, 1}} {
+		for _, tc := range []struct{ cols, stride, n int }{{128, 128, 5}, {128, 1024, 33}, {16, 32, 128}, {32, 32, 128}, {7, 32, 128}, {150, 300, 3}, {1, 1, 1}, {16, 32, 7}, {16, 16, 5}, {32, 40, 4}} {
 			v := make([]uint16, (tc.n-1)*tc.stride+tc.cols)
 			for i := range v {
 				v[i] = tensor.F32ToF16(float32(r.NormFloat64()))

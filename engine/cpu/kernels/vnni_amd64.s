@@ -356,7 +356,8 @@ axpys128loop:
 	RET
 
 // func axpys16AVX512(acc, p, v *float32, strideBytes, n int)
-// The same for 16 columns.
+// The same for 16 columns, with four accumulators (one FMA chain of n
+// steps would wait on the FMA latency).
 TEXT ·axpys16AVX512(SB), NOSPLIT, $0-40
 	MOVQ    acc+0(FP), DX
 	MOVQ    p+8(FP), SI
@@ -364,6 +365,36 @@ TEXT ·axpys16AVX512(SB), NOSPLIT, $0-40
 	MOVQ    strideBytes+24(FP), R8
 	MOVQ    n+32(FP), CX
 	VMOVUPS (DX), Z0
+	VXORPS  Z1, Z1, Z1
+	VXORPS  Z2, Z2, Z2
+	VXORPS  Z3, Z3, Z3
+	MOVQ    CX, BX
+	SHRQ    $2, BX
+	JZ      axpys16tail
+
+axpys16loop4:
+	VBROADCASTSS 0(SI), Z8
+	VFMADD231PS  (DI), Z8, Z0
+	ADDQ         R8, DI
+	VBROADCASTSS 4(SI), Z9
+	VFMADD231PS  (DI), Z9, Z1
+	ADDQ         R8, DI
+	VBROADCASTSS 8(SI), Z10
+	VFMADD231PS  (DI), Z10, Z2
+	ADDQ         R8, DI
+	VBROADCASTSS 12(SI), Z11
+	VFMADD231PS  (DI), Z11, Z3
+	ADDQ         R8, DI
+	ADDQ         $16, SI
+	DECQ         BX
+	JNZ          axpys16loop4
+	VADDPS       Z1, Z0, Z0
+	VADDPS       Z3, Z2, Z2
+	VADDPS       Z2, Z0, Z0
+
+axpys16tail:
+	ANDQ $3, CX
+	JZ   axpys16done
 
 axpys16loop:
 	VBROADCASTSS (SI), Z8
@@ -372,6 +403,8 @@ axpys16loop:
 	ADDQ         R8, DI
 	DECQ         CX
 	JNZ          axpys16loop
+
+axpys16done:
 	VMOVUPS      Z0, (DX)
 	VZEROUPPER
 	RET
