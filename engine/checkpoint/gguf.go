@@ -9,7 +9,8 @@ import (
 )
 
 // ErrGGUFUnsupported is wrapped by the error for a GGUF file whose
-// architecture engine/gguf does not map (it supports qwen2, qwen3, qwen3moe).
+// architecture engine/gguf does not map (it supports qwen2, qwen3, qwen3moe,
+// qwen3next, qwen35, qwen35moe).
 var ErrGGUFUnsupported = errors.New("gguf not supported")
 
 // openGGUF opens a single-file GGUF checkpoint through engine/gguf, which
@@ -60,5 +61,10 @@ func configFromGGUF(g *gguf.Config) *Config {
 		DecoderSparseStep:            g.DecoderSparseStep,
 		NormTopKProb:                 g.NormTopKProb,
 		MLPOnlyLayers:                g.MLPOnlyLayers,
+		LinearConvKernelDim:          g.LinearConvKernelDim,
+		LinearKeyHeadDim:             g.LinearKeyHeadDim,
+		LinearValueHeadDim:           g.LinearValueHeadDim,
+		LinearNumKeyHeads:            g.LinearNumKeyHeads,
+		LinearNumValueHeads:          g.LinearNumValueHeads,
 	}
 }

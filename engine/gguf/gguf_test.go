@@ -269,12 +269,21 @@ func TestSyntheticModel(t *testing.T) {
 		t.Errorf("Encode = %v, want [2 4 5]", ids)
 	}
 
-	f2, err := Parse("x.gguf", newBuilder().add("general.architecture", "qwen35").bytes())
+	f2, err := Parse("x.gguf", newBuilder().add("general.architecture", "mamba2").bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f2.Config(); !errors.Is(err, ErrUnsupportedArchitecture) || !strings.Contains(err.Error(), `"qwen35"`) {
-		t.Errorf("qwen35: got %v, want unsupported architecture", err)
+	if _, err := f2.Config(); !errors.Is(err, ErrUnsupportedArchitecture) || !strings.Contains(err.Error(), `"mamba2"`) {
+		t.Errorf("mamba2: got %v, want unsupported architecture", err)
+	}
+	// A hybrid architecture is mapped: a file without its keys is refused
+	// for the missing keys, not as unsupported.
+	f3, err := Parse("y.gguf", newBuilder().add("general.architecture", "qwen35").bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f3.Config(); err == nil || errors.Is(err, ErrUnsupportedArchitecture) || !strings.Contains(err.Error(), "qwen35.ssm.conv_kernel missing") {
+		t.Errorf("qwen35 without metadata: got %v, want missing-key error", err)
 	}
 }
 

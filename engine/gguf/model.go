@@ -13,7 +13,7 @@ import (
 // names and meanings of checkpoint.Config (which is built from it: this
 // package cannot import checkpoint, which imports it).
 type Config struct {
-	ModelType             string // qwen2, qwen3, qwen3_moe
+	ModelType             string // qwen2, qwen3, qwen3_moe, qwen3_next, qwen3_5_text, qwen3_5_moe_text
 	HiddenSize            int
 	IntermediateSize      int
 	NumHiddenLayers       int
@@ -41,6 +41,13 @@ type Config struct {
 	DecoderSparseStep            int
 	NormTopKProb                 bool
 	MLPOnlyLayers                []int
+
+	// Linear attention (qwen3next, qwen35, qwen35moe; hybrid.go).
+	LinearConvKernelDim int
+	LinearKeyHeadDim    int
+	LinearValueHeadDim  int
+	LinearNumKeyHeads   int
+	LinearNumValueHeads int
 }
 
 // architectures maps general.architecture to the Hugging Face model_type.
@@ -49,7 +56,7 @@ type Config struct {
 // for the llama family, and stores Qwen2/Qwen3 norms as-is (w, not 1+w).
 // Qwen3-Next and Qwen3.5 GGUFs (qwen3next, qwen35, qwen35moe) change the
 // stored values of several tensors (norms stored as 1+w, A_log, conv1d,
-// fused projections) and are refused rather than mapped on a guess.
+// fused projections, value-head order): hybridArchs in hybrid.go.
 var architectures = map[string]string{
 	"qwen2":    "qwen2",
 	"qwen3":    "qwen3",
@@ -61,6 +68,7 @@ var architectures = map[string]string{
 type hfRef struct {
 	info   int
 	expert int
+	xf     *hybridXform // hybrid architectures: how the stored tensor becomes the HF one (nil: as stored)
 }
 
 // Architecture is general.architecture.
@@ -103,15 +111,19 @@ func (f *File) mapArchitecture() {
 		f.archErr = fmt.Errorf("gguf %s: no general.architecture: %w", f.path, ErrUnsupportedArchitecture)
 		return
 	}
+	if _, ok := hybridArchs[arch]; ok {
+		f.mapHybrid()
+		return
+	}
 	if _, ok := architectures[arch]; !ok {
-		f.archErr = fmt.Errorf("gguf %s: architecture %q (supported: qwen2, qwen3, qwen3moe): %w", f.path, arch, ErrUnsupportedArchitecture)
+		f.archErr = fmt.Errorf("gguf %s: architecture %q (supported: qwen2, qwen3, qwen3moe, qwen3next, qwen35, qwen35moe): %w", f.path, arch, ErrUnsupportedArchitecture)
 		return
 	}
 	f.hf = make(map[string]hfRef, len(f.infos))
 	for i := range f.infos {
 		ti := &f.infos[i]
 		if hf, ok := globalNames[ti.Name]; ok {
-			f.hf[hf] = hfRef{i, -1}
+			f.hf[hf] = hfRef{info: i, expert: -1}
 			continue
 		}
 		m := blkName.FindStringSubmatch(ti.Name)
@@ -129,10 +141,10 @@ func (f *File) mapArchitecture() {
 				continue // reported by Tensors/Config as missing
 			}
 			for e := 0; e < int(ti.Dims[2]); e++ {
-				f.hf[prefix+"mlp.experts."+strconv.Itoa(e)+"."+part+"."+m[3]] = hfRef{i, e}
+				f.hf[prefix+"mlp.experts."+strconv.Itoa(e)+"."+part+"."+m[3]] = hfRef{info: i, expert: e}
 			}
 		default:
-			f.hf[prefix+part+"."+m[3]] = hfRef{i, -1}
+			f.hf[prefix+part+"."+m[3]] = hfRef{info: i, expert: -1}
 		}
 	}
 }
@@ -168,6 +180,9 @@ func (f *File) Tensor(name string) (*tensor.Host, error) {
 	}
 	ti := &f.infos[ref.info]
 	h, err := f.host(ti, name)
+	if err == nil && ref.xf != nil {
+		return f.applyXform(ref, h)
+	}
 	if err != nil || ref.expert < 0 {
 		return h, err
 	}
@@ -202,6 +217,9 @@ func (f *File) Config() (*Config, error) {
 	}
 	if n, ok := f.Int("split.count"); ok && n > 1 {
 		return nil, fmt.Errorf("gguf %s: file is part of a split GGUF of %d files, which is not supported (merge them with llama-gguf-split --merge)", f.path, n)
+	}
+	if _, ok := hybridArchs[f.arch]; ok {
+		return f.hybridConfig()
 	}
 	a := f.arch
 	c := &Config{ModelType: architectures[a], PartialRotaryFactor: 1, BOSTokenID: -1}
