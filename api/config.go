@@ -24,6 +24,11 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ProbeTimeout bounds the Service.Ready call of /readyz.
 	ProbeTimeout time.Duration
+	// StreamWriteTimeout bounds each write of a streamed response: a
+	// client that stops reading (its socket buffers full) for this long is
+	// cut off and its generation cancelled, so it cannot hold a worker
+	// slot or the coordinator's buffered events. 0 disables it.
+	StreamWriteTimeout time.Duration
 	// Auth checks API keys; nil serves everyone anonymously.
 	Auth KeyChecker
 }
@@ -31,12 +36,13 @@ type Config struct {
 // DefaultConfig is a server on :8080 without authentication.
 func DefaultConfig() Config {
 	return Config{
-		Addr:              ":8080",
-		MaxBodyBytes:      16 << 20,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ShutdownTimeout:   30 * time.Second,
-		ProbeTimeout:      2 * time.Second,
+		Addr:               ":8080",
+		MaxBodyBytes:       16 << 20,
+		ReadHeaderTimeout:  10 * time.Second,
+		IdleTimeout:        120 * time.Second,
+		ShutdownTimeout:    30 * time.Second,
+		ProbeTimeout:       2 * time.Second,
+		StreamWriteTimeout: 60 * time.Second,
 	}
 }
 
@@ -55,6 +61,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("api shutdown timeout %v must not be negative", c.ShutdownTimeout)
 	case c.ProbeTimeout <= 0:
 		return fmt.Errorf("api probe timeout %v must be positive", c.ProbeTimeout)
+	case c.StreamWriteTimeout < 0:
+		return fmt.Errorf("api stream write timeout %v must not be negative", c.StreamWriteTimeout)
 	}
 	return nil
 }

@@ -110,8 +110,9 @@ func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st Stream, in
 		worker = ev.Worker
 		c.Header(HeaderWorker, worker)
 	}
-	w := newSSEWriter(c.Writer)
+	w := newSSEWriter(c.Writer, s.cfg.StreamWriteTimeout)
 	w.start()
+	defer w.end()
 
 	var usage *openai.Usage
 	for ev != nil {

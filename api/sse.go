@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/macpool/macpool/api/openai"
@@ -11,14 +12,16 @@ import (
 
 // sseWriter writes "data: {json}\n\n" frames and flushes each write.
 type sseWriter struct {
-	w   gin.ResponseWriter
-	buf bytes.Buffer
-	enc *json.Encoder
-	err error // first write error: the client is gone
+	w       gin.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration // per write; 0 = none (Config.StreamWriteTimeout)
+	buf     bytes.Buffer
+	enc     *json.Encoder
+	err     error // first write error: the client is gone
 }
 
-func newSSEWriter(w gin.ResponseWriter) *sseWriter {
-	s := &sseWriter{w: w}
+func newSSEWriter(w gin.ResponseWriter, timeout time.Duration) *sseWriter {
+	s := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
 	s.enc = json.NewEncoder(&s.buf)
 	s.enc.SetEscapeHTML(false) // as OpenAI and vLLM send it
 	return s
@@ -56,14 +59,29 @@ func (s *sseWriter) flush() error {
 	if s.buf.Len() == 0 {
 		return nil
 	}
+	if s.timeout > 0 {
+		// Not every writer supports deadlines (tests' recorders): then
+		// there is simply none.
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	}
 	_, err := s.w.Write(s.buf.Bytes())
 	s.buf.Reset()
+	if err == nil {
+		err = s.rc.Flush()
+	}
 	if err != nil {
 		s.err = err
 		return err
 	}
-	s.w.Flush()
 	return nil
+}
+
+// end clears the write deadline so a kept-alive connection's next request
+// does not inherit it.
+func (s *sseWriter) end() {
+	if s.timeout > 0 && s.err == nil {
+		_ = s.rc.SetWriteDeadline(time.Time{})
+	}
 }
 
 // errorFrame is the mid-stream error: data: {"error":{...}}. Like vLLM we then

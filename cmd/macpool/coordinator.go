@@ -103,6 +103,7 @@ type coordinatorFlags struct {
 	queueLimit    int
 	keyQueueLimit int
 	keyMaxStreams int
+	streamWrite   time.Duration
 	apiKeys       keyFlags
 	discovery     discoveryFlags // LAN advertising (observe.go)
 }
@@ -132,6 +133,7 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.queueLimit, "queue-limit", 256, "jobs queued per model before 429")
 	fs.IntVar(&f.keyQueueLimit, "key-queue-limit", 64, "jobs queued per model and API key before 429 (fairness)")
 	fs.IntVar(&f.keyMaxStreams, "key-max-streams", 0, "requests (queued or running) one API key may have open at once; more get 429 at once (0: no limit; anonymous callers are not limited)")
+	fs.DurationVar(&f.streamWrite, "stream-write-timeout", api.DefaultConfig().StreamWriteTimeout, "cut off a streaming client that has not read anything for this long, cancelling its generation (0: never)")
 	f.discovery.register(fs)
 	fs.Var(&f.apiKeys, "api-key", "store API key ID:SECRET in the cluster state (hashed; repeatable); once any key is stored, requests need one")
 }
@@ -217,6 +219,7 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 	acfg := api.DefaultConfig()
 	acfg.Addr = httpAddr
 	acfg.ShutdownTimeout = 5 * time.Second
+	acfg.StreamWriteTimeout = f.streamWrite
 	acfg.Auth = c // anonymous while the cluster stores no API keys
 
 	// Metrics around the service, for /metrics (observe.go).
