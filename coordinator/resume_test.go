@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/macpool/macpool/api"
+	"github.com/macpool/macpool/metrics"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -49,6 +50,7 @@ func TestStalledWorkerFailsOver(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := coordConfig(t, "coord-1", nil)
 			cfg.StallTimeout = 300 * time.Millisecond
+			cfg.Metrics = metrics.New()
 			c, _ := startCoordinator(t, cfg)
 			se := &stallEngine{TestEngine: worker.TestEngine{TokenDelay: 5 * time.Millisecond}, after: 10}
 			var eng worker.Engine = se
@@ -89,6 +91,9 @@ func TestStalledWorkerFailsOver(t *testing.T) {
 			}
 			if last == nil || last.Err != nil || text.String() != prompt || roles != 1 {
 				t.Fatalf("after failover: text %q, roles %d, workers %v, last %+v", text.String(), roles, workers, last)
+			}
+			if n, _ := scrape(t, cfg.Metrics, `macpool_failovers_total{kind="worker"}`); n < 1 {
+				t.Errorf("macpool_failovers_total{kind=\"worker\"} = %v after a failover", n)
 			}
 			t.Logf("finished %v after submit, served by %v", time.Since(start), workers)
 		})

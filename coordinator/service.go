@@ -622,6 +622,7 @@ func (c *Coordinator) failover(ctx context.Context, s *stream, w, reason string,
 	c.nc.Publish(cluster.CancelSubject(oldID), nil) // a stalled worker stops
 	c.log.Info("failing over", "job", oldID, "new_job", id, "request", s.job.ID, "reason", reason,
 		"attempt", attempt, "tokens", len(resume[0]))
+	c.cfg.Metrics.Failover("worker") // nil-safe
 
 	body, err := json.Marshal(cluster.Job{Job: *s.job, Resume: resume})
 	if err != nil {

@@ -93,8 +93,9 @@ func (t *instrumentedStream) Recv(ctx context.Context) (*api.Event, error) {
 			t.status = ev.Err.HTTPStatus()
 			kind := errorKind(ev.Err)
 			if t.status == http.StatusServiceUnavailable && t.counted > 0 {
+				// Mid-stream, after the coordinator's failovers (which it
+				// counts itself) gave up.
 				kind = "worker_failed"
-				r.Failover("worker")
 			}
 			r.Error(kind)
 			break

@@ -150,9 +150,6 @@ macpool_prefix_cache_tokens_total{model="qwen3-8b",worker="mac-1"} 4
 # TYPE macpool_errors_total counter
 macpool_errors_total{kind="rate_limit_exceeded"} 1
 macpool_errors_total{kind="worker_failed"} 1
-# HELP macpool_failovers_total Failovers: a job's worker failed, or the Raft leader changed; by kind.
-# TYPE macpool_failovers_total counter
-macpool_failovers_total{kind="worker"} 1
 `
 	if err := testutil.GatherAndCompare(r.Prometheus(), strings.NewReader(want),
 		"macpool_requests_total", "macpool_generated_tokens_total", "macpool_prompt_tokens_total",
