@@ -56,6 +56,14 @@ type AttnSeq struct {
 	Row int
 	N   int
 	Pos int
+	// GEMMRows says how the rows may be computed. -1: as the backend finds
+	// fastest (then a position's result can depend on how its sequence was
+	// split into passes). Otherwise the first GEMMRows rows are prompt rows,
+	// computed so that their bits do not depend on how the prompt is
+	// chunked, and the rest are generated rows, computed exactly as a
+	// one-row decode step computes them, so a resume that prefills them
+	// (failover) gets the bits their decode steps had (docs/notes/invariance.md).
+	GEMMRows int
 }
 
 // AttnParams are the head layout of a (grouped-query) attention layer.
@@ -78,10 +86,18 @@ type NormParams struct {
 // RopeParams configure rotary embeddings in the rotate_half (NeoX/HF)
 // layout: each row holds Heads heads of HeadDim values; the first
 // RotaryDim values of a head are rotated as two halves (i, i+RotaryDim/2)
-// with frequency Theta^(-2i/RotaryDim); the rest pass through (partial rotary).
+// by the angle position·InvFreq[i] (float32 product); the rest pass
+// through (partial rotary). cos and sin are multiplied by AttentionFactor.
+//
+// A model fills InvFreq and AttentionFactor once at load with
+// NewRopeParams (rope scaling already applied); backends only read them.
+// InvFreq nil means the unscaled Theta^(-2i/RotaryDim); AttentionFactor 0
+// means 1.
 type RopeParams struct {
 	Heads, HeadDim, RotaryDim int
 	Theta                     float64
+	InvFreq                   []float32 // RotaryDim/2 values, or nil
+	AttentionFactor           float32
 }
 
 // Backend executes the ops of a forward pass. Ops are enqueued in call order

@@ -45,6 +45,9 @@ type BatchSeq struct {
 	Row    int
 	N      int
 	Pos    int
+	// GEMMRows is AttnSeq.GEMMRows for this sequence's rows (from
+	// Seq.PromptEnd; -1 without one).
+	GEMMRows int
 }
 
 // Arch is a loaded model architecture bound to a backend.
@@ -291,6 +294,11 @@ type Seq struct {
 	// Greedy says that only the argmax of the last token's logits is
 	// needed (ForwardGreedy; ignored with AllLogits and by Forward).
 	Greedy bool
+	// PromptEnd, if > 0, is the position where generation began: tokens at
+	// positions ≥ PromptEnd are computed as decode steps compute them even
+	// when they are prefilled together (a failover resume), so their
+	// logits are the same bits. 0: no such guarantee (AttnSeq.GEMMRows -1).
+	PromptEnd int
 }
 
 // Forward appends each sequence's tokens to its cache in one batched pass
@@ -342,7 +350,7 @@ func (m *Model) runBatchGreedy(seqs []Seq, op string, width int, greedy bool, ru
 			}
 		}
 		row, pos := len(b.Tokens), s.Cache.n
-		b.Seqs[i] = BatchSeq{Layers: s.Cache.layers, Row: row, N: len(s.Tokens), Pos: pos}
+		b.Seqs[i] = BatchSeq{Layers: s.Cache.layers, Row: row, N: len(s.Tokens), Pos: pos, GEMMRows: gemmRows(s.PromptEnd, pos, len(s.Tokens))}
 		b.Tokens = append(b.Tokens, s.Tokens...)
 		for j := range s.Tokens {
 			b.Positions = append(b.Positions, pos+j)
@@ -398,4 +406,13 @@ func (m *Model) runBatchGreedy(seqs []Seq, op string, width int, greedy bool, ru
 		}
 	}
 	return out, toks, nil
+}
+
+// gemmRows is how many of n rows starting at position pos lie before
+// promptEnd (-1 when promptEnd is not set).
+func gemmRows(promptEnd, pos, n int) int {
+	if promptEnd <= 0 {
+		return -1
+	}
+	return min(n, max(0, promptEnd-pos))
 }

@@ -2,7 +2,6 @@ package metal
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/metal/gpu"
@@ -81,26 +80,27 @@ func (b *Backend) RMSNorm(dst, x engine.Tensor, w engine.Weight, p engine.NormPa
 		buf(d.buf), buf(s.buf), gpu.Arg{Buf: wt.data, Off: wt.off}, gpu.Arg{Bytes: pack(s.rows, s.cols, p.Dim, p.Eps, p.Offset)})
 }
 
-// Rope implements engine.Backend. Inverse frequencies are computed on the
-// host in float32 as HF does; the kernel forms the float32 angle and takes
-// an accurate cos/sin.
+// Rope implements engine.Backend. The inverse frequencies (rope scaling
+// applied) and the attention factor come from p.Tables, computed on the
+// host in float32 as HF does; the kernel forms the float32 angle, takes an
+// accurate cos/sin and scales both by the attention factor.
 func (b *Backend) Rope(x engine.Tensor, pos []int, p engine.RopeParams) {
 	t := tt(x)
 	if len(pos) != t.rows || p.Heads*p.HeadDim != t.cols || p.RotaryDim <= 0 || p.RotaryDim > p.HeadDim || p.RotaryDim%2 != 0 {
 		panic(fmt.Sprintf("metal: rope %d heads × %d (rotary %d) over [%d, %d] with %d positions", p.Heads, p.HeadDim, p.RotaryDim, t.rows, t.cols, len(pos)))
 	}
 	half := p.RotaryDim / 2
+	invFreq, af := p.Tables()
 	inv := make([]byte, 0, 4*half)
-	for i := range half {
-		e := float32(2*i) / float32(p.RotaryDim)
-		inv = append(inv, pack(1/float32(math.Pow(p.Theta, float64(e))))...)
+	for _, f := range invFreq {
+		inv = append(inv, pack(f)...)
 	}
 	n := t.rows * p.Heads * half
 	if n == 0 {
 		return
 	}
 	b.dispatch("rope", [3]int{ceil(n, 256), 1, 1}, [3]int{256, 1, 1},
-		buf(t.buf), b.hostArg(ints32(pos)), b.hostArg(inv), gpu.Arg{Bytes: pack(t.rows, p.Heads, p.HeadDim, half)})
+		buf(t.buf), b.hostArg(ints32(pos)), b.hostArg(inv), gpu.Arg{Bytes: pack(t.rows, p.Heads, p.HeadDim, half, af)})
 }
 
 func (b *Backend) elementwise(name string, d, x, y *Tensor) {

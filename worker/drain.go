@@ -103,6 +103,8 @@ func (w *Worker) drainFor(ctx context.Context, timeout time.Duration) error {
 		w.loadChanged()
 	}
 	if !d.runStarted.Load() {
+		// sleep.go: a Run that starts after this returns at once.
+		d.drainedOnce.Do(func() { close(d.drained) })
 		return w.Close()
 	}
 

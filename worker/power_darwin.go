@@ -30,6 +30,8 @@ const (
 var iokit struct {
 	once sync.Once
 	err  error
+	cf   uintptr // CoreFoundation's and IOKit's dlopen handles (also for sleep_darwin.go)
+	io   uintptr
 
 	cfStringCreate func(alloc uintptr, s string, encoding uint32) uintptr
 	cfRelease      func(ref uintptr)
@@ -49,6 +51,7 @@ func loadIOKit() error {
 			iokit.err = fmt.Errorf("load IOKit: %w", err)
 			return
 		}
+		iokit.cf, iokit.io = cf, io
 		purego.RegisterLibFunc(&iokit.cfStringCreate, cf, "CFStringCreateWithCString")
 		purego.RegisterLibFunc(&iokit.cfRelease, cf, "CFRelease")
 		purego.RegisterLibFunc(&iokit.create, io, "IOPMAssertionCreateWithName")

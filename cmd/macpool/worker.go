@@ -30,6 +30,7 @@ type workerFlags struct {
 	tokenDelay time.Duration
 	threads    int
 	drain      time.Duration // drain.go
+	sleep      sleepFlags    // -sleep-drain, -sleep-drain-timeout (worker_sleep.go)
 	kv         kvFlags       // --kv-bytes, --no-prefix-cache (workerkv.go)
 
 	placed placedFlags // distrib: -model-store, -models-dir (models_worker.go)
@@ -44,6 +45,7 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.tokenDelay, "test-token-delay", 0, "delay per token of -backend test")
 	f.kv.register(fs)
 	f.placed.register(fs) // distrib
+	f.sleep.register(fs)  // worker_sleep.go
 	fs.DurationVar(&f.drain, "drain-timeout", 60*time.Second, "on SIGTERM/SIGINT or macpool drain: how long running jobs may finish before they are handed to other workers (a second signal hands them off at once)")
 }
 
@@ -164,13 +166,22 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 		closeEngine()
 		return err
 	}
-	w, err := worker.New(cfg)
+	sleep, err := f.sleep.start(logger) // worker_sleep.go: nil without -sleep-drain
 	if err != nil {
 		closeEngine()
 		return err
 	}
+	w, err := worker.New(cfg)
+	if err != nil {
+		sleep.close()
+		closeEngine()
+		return err
+	}
 	g.Go(func() error {
-		err := runDraining(ctx, w, logger) // drain.go: ctx ending drains, a second signal stops at once
+		// drain.go: ctx ending drains, a second signal stops at once;
+		// worker_sleep.go: a system sleep drains, the wake rejoins.
+		err := sleep.run(ctx, w, cfg, logger)
+		sleep.close()
 		if cerr := closeEngine(); err == nil {
 			err = cerr
 		}

@@ -37,6 +37,9 @@ type Config struct {
 	RMSNormEps          float64
 	RopeTheta           float64
 	PartialRotaryFactor float64 // fraction of HeadDim that is rotated; 1 if absent
+	// RopeScaling is the rotary scaling of rope_parameters (transformers 5)
+	// or rope_scaling (4.x); its Type is "" for none (default, mrope).
+	RopeScaling RopeScaling
 
 	TieWordEmbeddings bool
 	AttentionBias     bool // q/k/v projections have biases (always for qwen2)
@@ -358,18 +361,8 @@ func ParseConfig(name string, data, generation []byte) (*Config, error) {
 	if rope.err != nil {
 		return nil, rope.err
 	}
-	if rs := f.sub("rope_scaling"); rs != nil {
-		t, _ := rs["rope_type"].(string)
-		if t == "" {
-			t, _ = rs["type"].(string)
-		}
-		if t != "" && t != "default" && t != "mrope" {
-			// YaRN etc. change the rotary maths; refuse rather than be silently wrong.
-			return nil, fmt.Errorf("%s: field rope_scaling: rope_type %q is not supported", name, t)
-		}
-	}
-	if t, _ := rope.primary["rope_type"].(string); t != "" && t != "default" && t != "mrope" {
-		return nil, fmt.Errorf("%s: field %srope_parameters.rope_type: %q is not supported", name, f.primaryAt, t)
+	if c.RopeScaling, err = parseRopeScaling(f, name, c.MaxPositionEmbeddings); err != nil {
+		return nil, err
 	}
 
 	c.TieWordEmbeddings = f.bool(false, "tie_word_embeddings")
@@ -571,7 +564,7 @@ func (c *Config) Validate() error {
 	if c.MaxPositionEmbeddings < 0 {
 		return fmt.Errorf("field max_position_embeddings: %d is negative", c.MaxPositionEmbeddings)
 	}
-	return nil
+	return c.RopeScaling.Validate()
 }
 
 // String summarises the architecture for logs.

@@ -200,7 +200,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad eos", `{` + baseConfig + `, "eos_token_id": "x"}`, "", []string{"eos_token_id"}},
 		{"bad generation eos", `{` + baseConfig + `}`, `{"eos_token_id": [1, "x"]}`, []string{"generation_config.json", "eos_token_id"}},
 		{"generation JSON", `{` + baseConfig + `}`, `{`, []string{"generation_config.json", "invalid JSON"}},
-		{"yarn", `{` + baseConfig + `, "rope_scaling": {"type": "yarn", "factor": 4}}`, "", []string{"rope_scaling", "yarn"}},
+		{"longrope", `{` + baseConfig + `, "rope_scaling": {"type": "longrope", "factor": 4}}`, "", []string{"rope_scaling.type", "longrope", "not supported"}},
 		{"prf range", `{` + baseConfig + `, "partial_rotary_factor": 1.5}`, "", []string{"partial_rotary_factor"}},
 		{"moe without experts", `{` + strings.Replace(baseConfig, `"qwen3"`, `"qwen3_moe"`, 1) + `}`, "", []string{"num_experts"}},
 		{"top-k too big", `{` + strings.Replace(baseConfig, `"qwen3"`, `"qwen3_moe"`, 1) + `, "num_experts": 2, "num_experts_per_tok": 3, "moe_intermediate_size": 8}`, "", []string{"num_experts_per_tok"}},

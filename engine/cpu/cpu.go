@@ -57,6 +57,12 @@ type Config struct {
 	// half the memory and half the bytes attention reads (owner: kernels).
 	// Attention then differs from the float32 cache by ~1e-3 relative.
 	KVF16 bool
+	// RowAttention runs paged attention of sequences without a prompt
+	// boundary (AttnSeq.GEMMRows -1) with the per-row decode kernels only:
+	// slower prefill, but every position gets the bits a decode step gives
+	// it. Sequences with a boundary (engine.Seq.PromptEnd) get that
+	// guarantee for their generated positions either way.
+	RowAttention bool
 }
 
 // DefaultConfig uses every core.
@@ -91,6 +97,7 @@ type Backend struct {
 	once     sync.Once
 	quantize tensor.Format // Config.Quantize
 	exact    bool          // Config.ExactMatMul
+	rowAttn  bool          // Config.RowAttention
 	kvF16    bool          // Config.KVF16
 }
 
@@ -101,7 +108,7 @@ func New(cfg Config) (*Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Backend{threads: cfg.Threads, scratch: make([][]float32, cfg.Threads), quantize: cfg.Quantize, exact: cfg.ExactMatMul, kvF16: cfg.KVF16}
+	b := &Backend{threads: cfg.Threads, scratch: make([][]float32, cfg.Threads), quantize: cfg.Quantize, exact: cfg.ExactMatMul, kvF16: cfg.KVF16, rowAttn: cfg.RowAttention}
 	b.state = make([]atomic.Int32, cfg.Threads)
 	b.wake = make([]chan struct{}, cfg.Threads)
 	b.doneCh = make(chan struct{}, 1)

@@ -75,19 +75,16 @@ func rmsNorm(out, in, w []float32, eps, offset float32) {
 
 // Rope rotates the first RotaryDim values of every head, in the
 // rotate_half layout. Angles are computed the way HF does (float32 inverse
-// frequencies, float32 position×frequency product) so long positions round
-// the same way as the reference.
+// frequencies from p.Tables, float32 position×frequency product; cos and
+// sin rounded to float32, then times the attention factor in float32) so
+// long positions round the same way as the reference.
 func (b *Backend) Rope(x engine.Tensor, pos []int, p engine.RopeParams) {
 	t := tt(x)
 	if len(pos) != t.rows || p.Heads*p.HeadDim != t.cols || p.RotaryDim <= 0 || p.RotaryDim > p.HeadDim || p.RotaryDim%2 != 0 {
 		panic(fmt.Sprintf("cpu: rope %d heads × %d (rotary %d) over [%d, %d] with %d positions", p.Heads, p.HeadDim, p.RotaryDim, t.rows, t.cols, len(pos)))
 	}
 	half := p.RotaryDim / 2
-	invFreq := make([]float32, half)
-	for i := range invFreq {
-		e := float32(2*i) / float32(p.RotaryDim)
-		invFreq[i] = 1 / float32(math.Pow(p.Theta, float64(e)))
-	}
+	invFreq, af := p.Tables()
 	b.parallel(t.rows, elemGrain(t.cols), func(lo, hi, w int) {
 		cs := b.scratchBuf(w, 2*half)
 		cos, sin := cs[:half], cs[half:]
@@ -95,8 +92,8 @@ func (b *Backend) Rope(x engine.Tensor, pos []int, p engine.RopeParams) {
 			fp := float32(pos[r])
 			for i, f := range invFreq {
 				a := float64(fp * f)
-				cos[i] = float32(math.Cos(a))
-				sin[i] = float32(math.Sin(a))
+				cos[i] = float32(math.Cos(a)) * af
+				sin[i] = float32(math.Sin(a)) * af
 			}
 			row := t.row(r)
 			for h := 0; h < p.Heads; h++ {

@@ -173,7 +173,10 @@ const pagedRows = 32
 func (b *Backend) attentionPaged(d, qt *Tensor, seqs []engine.AttnSeq, p engine.AttnParams) {
 	hd := p.HeadDim
 	group := p.Heads / p.KVHeads
-	type task struct{ seq, kvHead, r0, r1 int }
+	type task struct {
+		seq, kvHead, r0, r1 int
+		gemm                bool
+	}
 	var tasks []task
 	maxLen := 0
 	for si, s := range seqs {
@@ -182,9 +185,22 @@ func (b *Backend) attentionPaged(d, qt *Tensor, seqs []engine.AttnSeq, p engine.
 			panic(fmt.Sprintf("cpu: attention rows [%d,+%d) at position %d over paged cache %d×%d holding %d", s.Row, s.N, s.Pos, c.st.heads, c.st.headDim, c.n))
 		}
 		maxLen = max(maxLen, s.Pos+s.N)
+		// Prompt rows [0, g) may run as GEMMs (one FMA chain per score and
+		// per block of the output, whatever the chunking); generated rows
+		// [g, N) run the per-row kernels of a decode step (AttnSeq.GEMMRows).
+		g := s.GEMMRows
 		for h := 0; h < p.KVHeads; h++ {
-			for r := 0; r < s.N; r += pagedRows {
-				tasks = append(tasks, task{si, h, r, min(s.N, r+pagedRows)})
+			for r := 0; r < s.N; {
+				r1 := min(s.N, r+pagedRows)
+				var gemm bool
+				switch {
+				case g < 0:
+					gemm = (r1-r)*group >= 8 && !b.rowAttn
+				case r < g:
+					r1, gemm = min(r1, g), true
+				}
+				tasks = append(tasks, task{si, h, r, r1, gemm})
+				r = r1
 			}
 		}
 	}
@@ -196,7 +212,7 @@ func (b *Backend) attentionPaged(d, qt *Tensor, seqs []engine.AttnSeq, p engine.
 	b.parallel(len(tasks), 1, func(lo, hi, w int) {
 		buf := b.scratchBuf(w, 3*mMax*hd+mMax*maxLen+conv)
 		for _, t := range tasks[lo:hi] {
-			b.pagedTask(d, qt, seqs[t.seq], t.kvHead, t.r0, t.r1, group, p, buf)
+			b.pagedTask(d, qt, seqs[t.seq], t.kvHead, t.r0, t.r1, t.gemm, group, p, buf)
 		}
 	})
 }
@@ -206,7 +222,7 @@ func (b *Backend) attentionPaged(d, qt *Tensor, seqs []engine.AttnSeq, p engine.
 // Prefill tasks (m ≥ 8) run two GEMMs per block (S = Q·K_block, O += P·V_blockᵀ,
 // AVX-512 tiles); decode tasks register-accumulated axpy-sums (scores over
 // the block's positions, output over its values).
-func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1, group int, p engine.AttnParams, buf []float32) {
+func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int, gemm bool, group int, p engine.AttnParams, buf []float32) {
 	c := s.KV.(*pagedKV)
 	st := c.st
 	hd, bs := p.HeadDim, st.bs
@@ -233,7 +249,6 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1, gro
 		}
 	}
 	valid := func(i int) int { return s.Pos + r0 + i/group + 1 } // keys query i sees
-	gemm := m >= 8
 	for bi := 0; bi*bs < n; bi++ {
 		L := min(bs, n-bi*bs)
 		if f16 {

@@ -32,6 +32,9 @@ type Hybrid struct {
 	RotaryDim                              int
 	Eps                                    float32
 	Theta                                  float64
+	// Rope holds the rotary tables (rope scaling applied), computed at
+	// load; Heads is set per call.
+	Rope engine.RopeParams
 	// NormOffset is 1 for the zero-centred (1+w) RMSNorms of Qwen3-Next and Qwen3.5
 	// (decoder, final and q/k norms), 0 for Qwen3-MoE.
 	NormOffset float32
@@ -103,6 +106,11 @@ func newHybrid(be engine.Backend, src engine.Source) (*Hybrid, error) {
 	if err := checkAttn(m.Heads, m.KVHeads, m.HeadDim, m.RotaryDim, prf, m.Theta); err != nil {
 		return nil, err
 	}
+	rope, err := engine.NewRopeParams(c, m.HeadDim, m.RotaryDim)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	m.Rope = rope
 	if len(c.LayerTypes) != c.NumHiddenLayers {
 		return nil, fmt.Errorf("config: field layer_types has %d entries, num_hidden_layers is %d", len(c.LayerTypes), c.NumHiddenLayers)
 	}
@@ -399,7 +407,7 @@ func (m *Hybrid) attention(s *attnScratch, l *HybridAttention, li int, h, y engi
 		if !ok {
 			return fmt.Errorf("layer %d: sequence %d cache is %T, not a KV cache", li, i, sq.Layers[li])
 		}
-		s.seqs = append(s.seqs, engine.AttnSeq{KV: kv, Row: sq.Row, N: sq.N, Pos: sq.Pos})
+		s.seqs = append(s.seqs, engine.AttnSeq{KV: kv, Row: sq.Row, N: sq.N, Pos: sq.Pos, GEMMRows: sq.GEMMRows})
 	}
 	if m.GatedAttention {
 		// q_proj rows are [q_0 | gate_0 | q_1 | gate_1 | ...], head_dim each.
@@ -416,7 +424,8 @@ func (m *Hybrid) attention(s *attnScratch, l *HybridAttention, li int, h, y engi
 	headNorm := engine.NormParams{Dim: hd, Eps: m.Eps, Offset: m.NormOffset}
 	be.RMSNorm(s.q, s.q, l.QNorm, headNorm)
 	be.RMSNorm(s.k, s.k, l.KNorm, headNorm)
-	rope := engine.RopeParams{Heads: m.Heads, HeadDim: hd, RotaryDim: m.RotaryDim, Theta: m.Theta}
+	rope := m.Rope
+	rope.Heads = m.Heads
 	be.Rope(s.q, bt.Positions, rope)
 	rope.Heads = m.KVHeads
 	be.Rope(s.k, bt.Positions, rope)

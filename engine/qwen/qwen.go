@@ -34,6 +34,9 @@ type Dense struct {
 	RotaryDim                                            int
 	Eps                                                  float32
 	Theta                                                float64
+	// Rope holds the rotary tables (rope scaling applied), computed at
+	// load; Heads is set per call.
+	Rope engine.RopeParams
 
 	Embed  engine.Weight // [vocab, hidden]
 	Layers []DenseLayer
@@ -159,6 +162,11 @@ func newDense(be engine.Backend, src engine.Source, opts denseOptions) (*Dense, 
 	if err := checkAttn(m.Heads, m.KVHeads, m.HeadDim, m.RotaryDim, prf, m.Theta); err != nil {
 		return nil, err
 	}
+	rope, err := engine.NewRopeParams(c, m.HeadDim, m.RotaryDim)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	m.Rope = rope
 	for i, t := range c.LayerTypes {
 		if t != "" && t != "full_attention" {
 			return nil, fmt.Errorf("config: layer %d has type %q; dense %s supports full_attention only", i, t, c.ModelType)
@@ -256,7 +264,7 @@ func (m *Dense) ForwardHidden(bt *engine.Batch) (engine.Tensor, error) {
 	H, qd, kvd := m.Hidden, m.Heads*m.HeadDim, m.KVHeads*m.HeadDim
 	seqs := make([]engine.AttnSeq, len(bt.Seqs))
 	attn := engine.AttnParams{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, Scale: float32(1 / math.Sqrt(float64(m.HeadDim)))}
-	rope := engine.RopeParams{HeadDim: m.HeadDim, RotaryDim: m.RotaryDim, Theta: m.Theta}
+	rope := m.Rope
 	norm := engine.NormParams{Dim: H, Eps: m.Eps}
 	headNorm := engine.NormParams{Dim: m.HeadDim, Eps: m.Eps}
 
@@ -278,7 +286,7 @@ func (m *Dense) ForwardHidden(bt *engine.Batch) (engine.Tensor, error) {
 			if !ok {
 				return nil, fmt.Errorf("layer %d: cache is %T, not a KV cache", li, s.Layers[li])
 			}
-			seqs[i] = engine.AttnSeq{KV: kv, Row: s.Row, N: s.N, Pos: s.Pos}
+			seqs[i] = engine.AttnSeq{KV: kv, Row: s.Row, N: s.N, Pos: s.Pos, GEMMRows: s.GEMMRows}
 		}
 		be.RMSNorm(h, x, l.InputNorm, norm)
 		be.MatMul(q, h, l.Q, l.QBias)

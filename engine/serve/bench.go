@@ -175,7 +175,7 @@ func (e *Engine) benchStream(ctx context.Context, prompt []int, gen int, submit 
 		return st, err
 	}
 	defer cache.Free()
-	s := &seq{cache: cache, res: make(chan stepResult, 1)}
+	s := &seq{cache: cache, res: make(chan stepResult, 1), promptEnd: len(prompt)}
 	defer e.done(s)
 	sr := e.stepGreedy(ctx, s, prompt, true, true)
 	for sr.err == nil {

@@ -48,7 +48,7 @@ func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.E
 		return res, err
 	}
 	defer cache.Free()
-	s := &seq{cache: cache, res: make(chan stepResult, 1)}
+	s := &seq{cache: cache, res: make(chan stepResult, 1), promptEnd: len(p.prompt)}
 	defer e.done(s) // runs before Free: the scheduler forgets s first
 
 	var resumed []int // decoded ids; subst[k]: resumed[k] replaced a sampled EOS

@@ -20,6 +20,10 @@ var errClosed = errors.New("serve: engine closed")
 type seq struct {
 	cache *engine.Cache
 	res   chan stepResult // capacity 1
+	// promptEnd is the prompt's length: positions from it on are generated
+	// and computed as decode steps compute them even when prefilled (a
+	// failover resume, a recompute after preemption): engine.Seq.PromptEnd.
+	promptEnd int
 
 	// Scheduler-goroutine state.
 	order   uint64   // admission order (0: not admitted: waiting for blocks)
@@ -161,7 +165,7 @@ func (e *Engine) loop() {
 		}
 		seqs := make([]engine.Seq, len(batch))
 		for i, it := range batch {
-			seqs[i] = engine.Seq{Cache: it.r.s.cache, Tokens: it.r.tokens[it.r.off : it.r.off+it.n], Greedy: it.r.greedy}
+			seqs[i] = engine.Seq{Cache: it.r.s.cache, Tokens: it.r.tokens[it.r.off : it.r.off+it.n], Greedy: it.r.greedy, PromptEnd: it.r.s.promptEnd}
 		}
 		t0 := time.Now()
 		logits, toks, err := e.model.ForwardGreedy(context.Background(), seqs)

@@ -189,7 +189,7 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 	}
 	e.maxCtx = cfg.MaxContext
 	if e.maxCtx == 0 {
-		e.maxCtx = e.model.Config().MaxPositionEmbeddings
+		e.maxCtx = e.model.Config().ContextLength() // rope: YaRN extends max_position_embeddings
 	}
 	if e.maxCtx <= 0 {
 		e.maxCtx = 32768

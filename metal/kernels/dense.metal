@@ -100,6 +100,7 @@ kernel void rmsnorm(device float *dst [[buffer(0)]],
 // ---- rotary (rotate_half / NeoX layout, partial rotary) ----
 struct RopeParams {
 	uint rows, heads, head_dim, half_rot;
+	float attn_factor; // multiplies cos and sin (YaRN; 1 otherwise)
 };
 
 // rope: one thread per (row, head, i < half_rot); 1-D grid of 256-thread groups.
@@ -114,7 +115,7 @@ kernel void rope(device float *x [[buffer(0)]],
 	if (r >= p.rows) return;
 	// float32 angle as HF computes it, then an accurate cos/sin.
 	float a = float(pos[r]) * inv_freq[i];
-	float c = precise::cos(a), s = precise::sin(a);
+	float c = precise::cos(a) * p.attn_factor, s = precise::sin(a) * p.attn_factor;
 	device float *v = x + ulong(r) * p.heads * p.head_dim + h * p.head_dim;
 	float x1 = v[i], x2 = v[i + p.half_rot];
 	v[i] = x1 * c - x2 * s;

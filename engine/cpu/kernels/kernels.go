@@ -383,12 +383,25 @@ func DotBF16(x []float32, w []uint16) float32 {
 // version); len(x) must be >= len(dst).
 func AxpyF32(dst []float32, a float32, x []float32) {
 	x = x[:len(dst)]
-	if n := len(dst) &^ 15; n > 0 && hasAxpy {
-		axpyFast(dst[:n], a, x[:n])
-		axpyGo(dst[n:], a, x[n:])
+	if !hasAxpy {
+		axpyGo(dst, a, x)
 		return
 	}
-	axpyGo(dst, a, x)
+	if n := len(dst) &^ 15; n > 0 {
+		axpyFast(dst[:n], a, x[:n])
+		dst, x = dst[n:], x[n:]
+	}
+	if len(dst) > 0 {
+		// The tail goes through the same fused multiply-add on a padded
+		// copy: every element rounds once, as in the vector part and in
+		// the GEMM kernels, so a score does not depend on which of them
+		// computed it (batch invariance, docs/notes/invariance.md).
+		var d, v [16]float32
+		copy(d[:], dst)
+		copy(v[:], x)
+		axpyFast(d[:], a, v[:])
+		copy(dst, d[:len(dst)])
+	}
 }
 
 // DotsF32 sets dst[j] = q·k[j*stride : j*stride+len(q)] for j < n: the

@@ -1,0 +1,71 @@
+package qwen_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/macpool/macpool/engine"
+)
+
+// Generated positions get the same logits, bit for bit, whether they were
+// decoded one per pass or prefilled together after the prompt (a failover
+// resume, or a recompute after preemption), however the prompt was chunked
+// and whatever else shared the batch: a seeded or greedy continuation then
+// equals the uninterrupted run. engine.Seq.PromptEnd marks where generation
+// began. Dense and MoE attention models only: the hybrid models' Gated
+// DeltaNet prefill (chunked) and decode (recurrent) are different
+// algorithms, so their logits agree to ~1e-6, not bit for bit
+// (docs/notes/invariance.md).
+func TestBatchInvariantLogits(t *testing.T) {
+	const prompt = 30
+	for _, name := range []string{"qwen3", "qwen3_moe"} {
+		t.Run(name, func(t *testing.T) {
+			m := loadHybrid(t, name)
+			ids := randomIDs(11, 48, m.VocabSize())
+			p := newPool(t, m, 16, 96)
+			seq := func(c *engine.Cache, toks []int) engine.Seq {
+				return engine.Seq{Cache: c, Tokens: toks, PromptEnd: prompt}
+			}
+			// Decoded: the prompt in one pass, then one token per pass next
+			// to other sequences' prefills.
+			dec := pagedCache(t, p)
+			fwd(t, m, seq(dec, ids[:prompt]))
+			var decoded []float32
+			for pos := prompt; pos < len(ids); pos++ {
+				other := pagedCache(t, p)
+				decoded = fwd(t, m, seq(dec, ids[pos:pos+1]), engine.Seq{Cache: other, Tokens: ids[:5+pos%7]})[0]
+				other.Free()
+			}
+			// Resumed: prompt and generated tokens in one prefill.
+			one := fwd(t, m, seq(pagedCache(t, p), ids))[0]
+			// Resumed in chunks (7 + 41) beside another sequence's prefill.
+			ch, other := pagedCache(t, p), pagedCache(t, p)
+			fwd(t, m, seq(ch, ids[:7]), engine.Seq{Cache: other, Tokens: ids[3:20]})
+			chunked := fwd(t, m, seq(ch, ids[7:]), engine.Seq{Cache: other, Tokens: ids[20:23]})[0]
+			// Prompt chunked differently (17 + 3 + 10: a small chunk past a
+			// full block), then decoded.
+			dec2 := pagedCache(t, p)
+			fwd(t, m, seq(dec2, ids[:17]))
+			fwd(t, m, seq(dec2, ids[17:20]))
+			fwd(t, m, seq(dec2, ids[20:prompt]))
+			var decoded2 []float32
+			for pos := prompt; pos < len(ids); pos++ {
+				decoded2 = fwd(t, m, seq(dec2, ids[pos:pos+1]))[0]
+			}
+			for _, c := range []struct {
+				name string
+				got  []float32
+			}{{"one prefill", one}, {"chunked prefill", chunked}, {"decoded after another prompt chunking", decoded2}} {
+				bad := 0
+				for i := range c.got {
+					if math.Float32bits(c.got[i]) != math.Float32bits(decoded[i]) {
+						bad++
+					}
+				}
+				if bad > 0 {
+					t.Errorf("%s: %d of %d logits differ from the decoded run", c.name, bad, len(c.got))
+				}
+			}
+		})
+	}
+}
