@@ -118,6 +118,17 @@ type Options struct {
 	// The default quantizes activations to int8 per block of 32 for integer
 	// SIMD dot products, as llama.cpp does (logits within ~1e-2 rel-L2).
 	ExactMatMul bool
+	// KVF16 stores the paged KV cache in half precision where the backend
+	// can (CPU): half the memory and half the bytes attention reads, as
+	// llama.cpp's default f16 cache; attention then differs from a float32
+	// cache by ~1e-3 relative.
+	KVF16 bool
+}
+
+// KVValueSizer is implemented by backends whose paged KV blocks store
+// values in other than 4 bytes (KVPool sizes its budget with it).
+type KVValueSizer interface {
+	KVValueBytes() int
 }
 
 // Model is a loaded model: architecture + backend (+ the checkpoint it was

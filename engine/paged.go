@@ -244,8 +244,12 @@ func (m *Model) NewKVPool(cfg KVPoolConfig) (*KVPool, error) {
 	for _, l := range layers {
 		l.Free()
 	}
+	valueBytes := 4
+	if vs, ok := m.be.(KVValueSizer); ok {
+		valueBytes = vs.KVValueBytes()
+	}
 	for _, s := range shapes {
-		p.bytes += int64(2 * s.heads * s.dim * cfg.BlockSize * 4)
+		p.bytes += int64(2 * s.heads * s.dim * cfg.BlockSize * valueBytes)
 	}
 	if p.bytes == 0 {
 		return nil, fmt.Errorf("kv pool: model has no attention layers")

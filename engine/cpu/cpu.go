@@ -27,6 +27,7 @@ func init() {
 			cfg.Threads = o.Threads
 		}
 		cfg.ExactMatMul = o.ExactMatMul
+		cfg.KVF16 = o.KVF16
 		switch o.Quantize {
 		case "":
 		case "q8", "q8_0":
@@ -338,4 +339,13 @@ func f16Table() []float32 {
 func (b *Backend) ReleaseWeight(w engine.Weight) {
 	x := ww(w)
 	x.f32, x.u16, x.host, x.k = nil, nil, nil, nil
+}
+
+// KVValueBytes is the size of one cached K or V value in the paged blocks
+// (engine.KVValueSizer): 2 with Config.KVF16, else 4.
+func (b *Backend) KVValueBytes() int {
+	if b.kvF16 {
+		return 2
+	}
+	return 4
 }

@@ -1,6 +1,7 @@
 package qwen_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -18,9 +19,16 @@ import (
 // (docs/notes/invariance.md).
 func TestBatchInvariantLogits(t *testing.T) {
 	const prompt = 30
-	for _, name := range []string{"qwen3", "qwen3_moe"} {
-		t.Run(name, func(t *testing.T) {
-			m := loadHybrid(t, name)
+	for _, tc := range []struct {
+		name string
+		f16  bool
+	}{{"qwen3", false}, {"qwen3_moe", false}, {"qwen3", true}} {
+		t.Run(fmt.Sprintf("%s/kvf16=%v", tc.name, tc.f16), func(t *testing.T) {
+			m, err := engine.Load(hybridDir(tc.name), engine.Options{Threads: 2, KVF16: tc.f16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { m.Close() })
 			ids := randomIDs(11, 48, m.VocabSize())
 			p := newPool(t, m, 16, 96)
 			seq := func(c *engine.Cache, toks []int) engine.Seq {

@@ -51,9 +51,10 @@ type Config struct {
 	// ModelName is the name clients use (informational; routing is the
 	// cluster's job). Default: ModelDir's base name.
 	ModelName string
-	// Backend and Threads are passed to engine.Load.
+	// Backend, Threads and KVF16 are passed to engine.Load.
 	Backend string
 	Threads int
+	KVF16   bool
 	// MaxSeqs is the most sequences (choices of all requests) decoded at
 	// once; more wait for a free slot.
 	MaxSeqs int
@@ -181,7 +182,7 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 		return nil, err
 	}
 	if e.model == nil {
-		m, err := engine.Load(cfg.ModelDir, engine.Options{Backend: cfg.Backend, Threads: cfg.Threads})
+		m, err := engine.Load(cfg.ModelDir, engine.Options{Backend: cfg.Backend, Threads: cfg.Threads, KVF16: cfg.KVF16})
 		if err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
 		}
