@@ -249,8 +249,18 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 		}
 	}
 	valid := func(i int) int { return s.Pos + r0 + i/group + 1 } // keys query i sees
-	for bi := 0; bi*bs < n; bi++ {
-		L := min(bs, n-bi*bs)
+	// Per-row path: query i's segment of block bi is its first l ≤ L
+	// positions (l = 0: none). Two queries whose segments have the same
+	// length (the group vectors of one row; consecutive rows in a full
+	// block) share each K/V load through the two-row kernels, which give
+	// each row exactly the one-row kernel's bits; other queries run alone.
+	var bi, L int
+	segLen := func(i int) (l int, pair bool) {
+		l = max(0, min(L, valid(i)-bi*bs))
+		return l, l > 0 && i+1 < m && min(L, valid(i+1)-bi*bs) == l
+	}
+	for bi = 0; bi*bs < n; bi++ {
+		L = min(bs, n-bi*bs)
 		if f16 {
 			kb, _ := st.block16(c.t.Blocks[bi], kvHead)
 			if gemm {
@@ -258,12 +268,21 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 				kernels.GemmF32NN(sc[bi*bs:], n, a, hd, wide, bs, m, L, hd)
 				continue
 			}
-			for i := range m {
-				if v := valid(i); bi*bs < v {
-					seg := sc[i*n+bi*bs : i*n+bi*bs+min(L, v-bi*bs)]
-					clear(seg)
+			for i := 0; i < m; {
+				l, pair := segLen(i)
+				seg := sc[i*n+bi*bs : i*n+bi*bs+l]
+				clear(seg)
+				if pair {
+					seg1 := sc[(i+1)*n+bi*bs : (i+1)*n+bi*bs+l]
+					clear(seg1)
+					kernels.AxpysF16x2(seg, seg1, a[i*hd:(i+1)*hd], a[(i+1)*hd:(i+2)*hd], kb, bs, hd)
+					i += 2
+					continue
+				}
+				if l > 0 {
 					kernels.AxpysF16(seg, a[i*hd:(i+1)*hd], kb, bs, hd)
 				}
+				i++
 			}
 			continue
 		}
@@ -272,12 +291,21 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 			kernels.GemmF32NN(sc[bi*bs:], n, a, hd, kb, bs, m, L, hd)
 			continue
 		}
-		for i := range m {
-			if v := valid(i); bi*bs < v {
-				seg := sc[i*n+bi*bs : i*n+bi*bs+min(L, v-bi*bs)]
-				clear(seg)
+		for i := 0; i < m; {
+			l, pair := segLen(i)
+			seg := sc[i*n+bi*bs : i*n+bi*bs+l]
+			clear(seg)
+			if pair {
+				seg1 := sc[(i+1)*n+bi*bs : (i+1)*n+bi*bs+l]
+				clear(seg1)
+				kernels.AxpysF32x2(seg, seg1, a[i*hd:(i+1)*hd], a[(i+1)*hd:(i+2)*hd], kb, bs, hd)
+				i += 2
+				continue
+			}
+			if l > 0 {
 				kernels.AxpysF32(seg, a[i*hd:(i+1)*hd], kb, bs, hd)
 			}
+			i++
 		}
 	}
 	sums := make([]float32, m)
@@ -288,8 +316,8 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 		clear(sc[i*n+v : (i+1)*n])
 	}
 	clear(o)
-	for bi := 0; bi*bs < n; bi++ {
-		L := min(bs, n-bi*bs)
+	for bi = 0; bi*bs < n; bi++ {
+		L = min(bs, n-bi*bs)
 		if f16 {
 			_, vb := st.block16(c.t.Blocks[bi], kvHead)
 			if gemm {
@@ -300,10 +328,18 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 				kernels.AxpyF32(o, 1, tmp)
 				continue
 			}
-			for i := range m {
-				if v := valid(i); bi*bs < v {
-					kernels.AxpysF16(o[i*hd:(i+1)*hd], sc[i*n+bi*bs:i*n+bi*bs+min(L, v-bi*bs)], vb, st.dim, min(L, v-bi*bs))
+			for i := 0; i < m; {
+				l, pair := segLen(i)
+				p0 := sc[i*n+bi*bs : i*n+bi*bs+l]
+				if pair {
+					kernels.AxpysF16x2(o[i*hd:(i+1)*hd], o[(i+1)*hd:(i+2)*hd], p0, sc[(i+1)*n+bi*bs:(i+1)*n+bi*bs+l], vb, st.dim, l)
+					i += 2
+					continue
 				}
+				if l > 0 {
+					kernels.AxpysF16(o[i*hd:(i+1)*hd], p0, vb, st.dim, l)
+				}
+				i++
 			}
 			continue
 		}
@@ -313,10 +349,18 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 			kernels.AxpyF32(o, 1, tmp)
 			continue
 		}
-		for i := range m {
-			if v := valid(i); bi*bs < v {
-				kernels.AxpysF32(o[i*hd:(i+1)*hd], sc[i*n+bi*bs:i*n+bi*bs+min(L, v-bi*bs)], vb, st.dim, min(L, v-bi*bs))
+		for i := 0; i < m; {
+			l, pair := segLen(i)
+			p0 := sc[i*n+bi*bs : i*n+bi*bs+l]
+			if pair {
+				kernels.AxpysF32x2(o[i*hd:(i+1)*hd], o[(i+1)*hd:(i+2)*hd], p0, sc[(i+1)*n+bi*bs:(i+1)*n+bi*bs+l], vb, st.dim, l)
+				i += 2
+				continue
 			}
+			if l > 0 {
+				kernels.AxpysF32(o[i*hd:(i+1)*hd], p0, vb, st.dim, l)
+			}
+			i++
 		}
 	}
 	for r := range rows {

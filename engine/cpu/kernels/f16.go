@@ -40,7 +40,7 @@ func AxpysF16(acc, p []float32, v []uint16, stride, n int) {
 	p = p[:n]
 	_ = v[(n-1)*stride+len(acc)-1]
 	c := axpysF16Fast(acc, p, v, stride, n)
-	if c == len(acc) {
+	if c == len(acc) || axpysF16TailFast(acc[c:], p, v[c:], stride, n) {
 		return
 	}
 	for j := range n {
