@@ -451,46 +451,9 @@ func qkvzFromSplit(qkv, gate *tensor.Host, d *linDims) (*tensor.Host, error) {
 func (f *File) hybridConfig() (*Config, error) {
 	a := f.arch
 	c := &Config{ModelType: hybridArchs[a], PartialRotaryFactor: 1, BOSTokenID: -1}
-	var errs []string
-	req := func(key string) int {
-		v, ok := f.Int(a + "." + key)
-		if !ok || v <= 0 {
-			errs = append(errs, fmt.Sprintf("%s.%s missing or not a positive integer", a, key))
-		}
-		return v
-	}
-	opt := func(key string, def int) int {
-		if v, ok := f.Int(a + "." + key); ok {
-			return v
-		}
-		return def
-	}
-	c.HiddenSize = req("embedding_length")
-	req("block_count")
-	c.NumHiddenLayers = f.hybridLayers()
-	c.NumAttentionHeads = req("attention.head_count")
-	c.MaxPositionEmbeddings = opt("context_length", 0)
-	c.IntermediateSize = opt("feed_forward_length", 0)
-	c.NumKeyValueHeads = opt("attention.head_count_kv", c.NumAttentionHeads)
-	if c.NumAttentionHeads > 0 {
-		c.HeadDim = opt("attention.key_length", c.HiddenSize/c.NumAttentionHeads)
-	}
-	if v := opt("attention.value_length", c.HeadDim); v != c.HeadDim {
-		errs = append(errs, fmt.Sprintf("%s.attention.value_length %d differs from key_length %d", a, v, c.HeadDim))
-	}
-	if rd, ok := f.Int(a + ".rope.dimension_count"); ok && c.HeadDim > 0 {
-		c.PartialRotaryFactor = float64(rd) / float64(c.HeadDim)
-	}
-	var ok bool
-	if c.RMSNormEps, ok = f.Float(a + ".attention.layer_norm_rms_epsilon"); !ok {
-		errs = append(errs, a+".attention.layer_norm_rms_epsilon missing")
-	}
-	if c.RopeTheta, ok = f.Float(a + ".rope.freq_base"); !ok {
-		c.RopeTheta = 10000
-	}
-	if st, ok := f.String(a + ".rope.scaling.type"); ok && st != "none" && st != "" {
-		errs = append(errs, fmt.Sprintf("%s.rope.scaling.type %q is not supported", a, st))
-	}
+	md := &metaReader{f: f, a: a}
+	req := md.req
+	md.attention(c, func() int { req("block_count"); return f.hybridLayers() })
 	c.LinearConvKernelDim = req("ssm.conv_kernel")
 	c.LinearKeyHeadDim = req("ssm.state_size")
 	c.LinearNumKeyHeads = req("ssm.group_count")
@@ -498,33 +461,21 @@ func (f *File) hybridConfig() (*Config, error) {
 	inner := req("ssm.inner_size")
 	if c.LinearNumValueHeads > 0 && c.LinearNumKeyHeads > 0 {
 		if inner%c.LinearNumValueHeads != 0 || c.LinearNumValueHeads%c.LinearNumKeyHeads != 0 {
-			errs = append(errs, fmt.Sprintf("%s.ssm.inner_size %d / time_step_rank %d / group_count %d do not divide", a, inner, c.LinearNumValueHeads, c.LinearNumKeyHeads))
+			md.errs = append(md.errs, fmt.Sprintf("%s.ssm.inner_size %d / time_step_rank %d / group_count %d do not divide", a, inner, c.LinearNumValueHeads, c.LinearNumKeyHeads))
 		} else {
 			c.LinearValueHeadDim = inner / c.LinearNumValueHeads
 		}
 	}
 	if c.ModelType != "qwen3_5_text" {
-		c.NumExperts = req("expert_count")
-		c.NumExpertsPerTok = req("expert_used_count")
-		c.MoEIntermediateSize = req("expert_feed_forward_length")
+		md.experts(c)
 		c.SharedExpertIntermediateSize = req("expert_shared_feed_forward_length")
-		c.DecoderSparseStep = 1
-		c.NormTopKProb = true // llama.cpp's qwen3next/qwen35moe graphs renormalise the top-k weights
-		if v, ok := f.Bool(a + ".expert_weights_norm"); ok {
-			c.NormTopKProb = v
-		}
 	}
 	if c.NumHiddenLayers <= 0 {
-		errs = append(errs, fmt.Sprintf("%s.block_count less nextn_predict_layers is %d", a, c.NumHiddenLayers))
+		md.errs = append(md.errs, fmt.Sprintf("%s.block_count less nextn_predict_layers is %d", a, c.NumHiddenLayers))
 	}
-	if c.NumHiddenLayers > len(f.infos) {
-		errs = append(errs, fmt.Sprintf("%s.block_count %d exceeds the %d tensors in the file", a, c.NumHiddenLayers, len(f.infos)))
-	}
-	if c.NumExperts > 0 && c.NumHiddenLayers > 0 && c.NumExperts > len(f.hf)/c.NumHiddenLayers {
-		errs = append(errs, fmt.Sprintf("%s.expert_count %d exceeds the expert tensors in the file", a, c.NumExperts))
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("gguf %s: %s", f.path, joinErrs(errs))
+	md.bounds(c)
+	if err := md.err(); err != nil {
+		return nil, err
 	}
 
 	for i := range f.infos {

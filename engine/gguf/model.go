@@ -223,65 +223,14 @@ func (f *File) Config() (*Config, error) {
 	}
 	a := f.arch
 	c := &Config{ModelType: architectures[a], PartialRotaryFactor: 1, BOSTokenID: -1}
-	var errs []string
-	req := func(key string) int {
-		v, ok := f.Int(a + "." + key)
-		if !ok || v <= 0 {
-			errs = append(errs, fmt.Sprintf("%s.%s missing or not a positive integer", a, key))
-		}
-		return v
-	}
-	opt := func(key string, def int) int {
-		if v, ok := f.Int(a + "." + key); ok {
-			return v
-		}
-		return def
-	}
-	c.HiddenSize = req("embedding_length")
-	c.NumHiddenLayers = req("block_count")
-	c.NumAttentionHeads = req("attention.head_count")
-	c.MaxPositionEmbeddings = opt("context_length", 0)
-	c.IntermediateSize = opt("feed_forward_length", 0)
-	c.NumKeyValueHeads = opt("attention.head_count_kv", c.NumAttentionHeads)
-	if c.NumAttentionHeads > 0 {
-		c.HeadDim = opt("attention.key_length", c.HiddenSize/c.NumAttentionHeads)
-	}
-	if v := opt("attention.value_length", c.HeadDim); v != c.HeadDim {
-		errs = append(errs, fmt.Sprintf("%s.attention.value_length %d differs from key_length %d", a, v, c.HeadDim))
-	}
-	if rd, ok := f.Int(a + ".rope.dimension_count"); ok && c.HeadDim > 0 {
-		c.PartialRotaryFactor = float64(rd) / float64(c.HeadDim)
-	}
-	var ok bool
-	if c.RMSNormEps, ok = f.Float(a + ".attention.layer_norm_rms_epsilon"); !ok {
-		errs = append(errs, a+".attention.layer_norm_rms_epsilon missing")
-	}
-	if c.RopeTheta, ok = f.Float(a + ".rope.freq_base"); !ok {
-		c.RopeTheta = 10000 // llama.cpp's default
-	}
-	if st, ok := f.String(a + ".rope.scaling.type"); ok && st != "none" && st != "" {
-		errs = append(errs, fmt.Sprintf("%s.rope.scaling.type %q is not supported", a, st))
-	}
+	md := &metaReader{f: f, a: a}
+	md.attention(c, func() int { return md.req("block_count") })
 	if c.ModelType == "qwen3_moe" {
-		c.NumExperts = req("expert_count")
-		c.NumExpertsPerTok = req("expert_used_count")
-		c.MoEIntermediateSize = req("expert_feed_forward_length")
-		c.DecoderSparseStep = 1
-		c.NormTopKProb = true // llama.cpp's qwen3moe graph always renormalises the top-k weights
-		if v, ok := f.Bool(a + ".expert_weights_norm"); ok {
-			c.NormTopKProb = v
-		}
+		md.experts(c)
 	}
-	// Counts that size loops and allocations must be backed by tensors: every
-	// layer has several, every expert of every layer three views.
-	if c.NumHiddenLayers > len(f.infos) {
-		errs = append(errs, fmt.Sprintf("%s.block_count %d exceeds the %d tensors in the file", a, c.NumHiddenLayers, len(f.infos)))
-	}
-	if c.NumExperts > 0 && c.NumHiddenLayers > 0 && c.NumExperts > len(f.hf)/c.NumHiddenLayers {
-		errs = append(errs, fmt.Sprintf("%s.expert_count %d exceeds the expert tensors in the file", a, c.NumExperts))
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("gguf %s: %s", f.path, joinErrs(errs))
+	md.bounds(c)
+	if err := md.err(); err != nil {
+		return nil, err
 	}
 
 	emb, ok := f.Info("token_embd.weight")
@@ -426,4 +375,92 @@ func ggufName(hf string) string {
 		}
 	}
 	return "?"
+}
+
+// metaReader reads the metadata keys of one architecture (a), collecting
+// every missing or bad key so that one error names them all.
+type metaReader struct {
+	f    *File
+	a    string
+	errs []string
+}
+
+// req is a required positive integer key.
+func (r *metaReader) req(key string) int {
+	v, ok := r.f.Int(r.a + "." + key)
+	if !ok || v <= 0 {
+		r.errs = append(r.errs, fmt.Sprintf("%s.%s missing or not a positive integer", r.a, key))
+	}
+	return v
+}
+
+// opt is an optional integer key.
+func (r *metaReader) opt(key string, def int) int {
+	if v, ok := r.f.Int(r.a + "." + key); ok {
+		return v
+	}
+	return def
+}
+
+// attention fills what every Qwen architecture's metadata holds: sizes,
+// heads, rotary and norm settings; layers gives the number of layers.
+func (r *metaReader) attention(c *Config, layers func() int) {
+	a := r.a
+	c.HiddenSize = r.req("embedding_length")
+	c.NumHiddenLayers = layers()
+	c.NumAttentionHeads = r.req("attention.head_count")
+	c.MaxPositionEmbeddings = r.opt("context_length", 0)
+	c.IntermediateSize = r.opt("feed_forward_length", 0)
+	c.NumKeyValueHeads = r.opt("attention.head_count_kv", c.NumAttentionHeads)
+	if c.NumAttentionHeads > 0 {
+		c.HeadDim = r.opt("attention.key_length", c.HiddenSize/c.NumAttentionHeads)
+	}
+	if v := r.opt("attention.value_length", c.HeadDim); v != c.HeadDim {
+		r.errs = append(r.errs, fmt.Sprintf("%s.attention.value_length %d differs from key_length %d", a, v, c.HeadDim))
+	}
+	if rd, ok := r.f.Int(a + ".rope.dimension_count"); ok && c.HeadDim > 0 {
+		c.PartialRotaryFactor = float64(rd) / float64(c.HeadDim)
+	}
+	var ok bool
+	if c.RMSNormEps, ok = r.f.Float(a + ".attention.layer_norm_rms_epsilon"); !ok {
+		r.errs = append(r.errs, a+".attention.layer_norm_rms_epsilon missing")
+	}
+	if c.RopeTheta, ok = r.f.Float(a + ".rope.freq_base"); !ok {
+		c.RopeTheta = 10000 // llama.cpp's default
+	}
+	if st, ok := r.f.String(a + ".rope.scaling.type"); ok && st != "none" && st != "" {
+		r.errs = append(r.errs, fmt.Sprintf("%s.rope.scaling.type %q is not supported", a, st))
+	}
+}
+
+// experts fills the MoE sizes. llama.cpp's qwen3moe, qwen3next and
+// qwen35moe graphs renormalise the top-k weights unless the file says not.
+func (r *metaReader) experts(c *Config) {
+	c.NumExperts = r.req("expert_count")
+	c.NumExpertsPerTok = r.req("expert_used_count")
+	c.MoEIntermediateSize = r.req("expert_feed_forward_length")
+	c.DecoderSparseStep = 1
+	c.NormTopKProb = true
+	if v, ok := r.f.Bool(r.a + ".expert_weights_norm"); ok {
+		c.NormTopKProb = v
+	}
+}
+
+// bounds checks that counts which size loops and allocations are backed by
+// tensors: every layer has several, every expert of every layer three views.
+func (r *metaReader) bounds(c *Config) {
+	if c.NumHiddenLayers > len(r.f.infos) {
+		r.errs = append(r.errs, fmt.Sprintf("%s.block_count %d exceeds the %d tensors in the file", r.a, c.NumHiddenLayers, len(r.f.infos)))
+	}
+	if c.NumExperts > 0 && c.NumHiddenLayers > 0 && c.NumExperts > len(r.f.hf)/c.NumHiddenLayers {
+		r.errs = append(r.errs, fmt.Sprintf("%s.expert_count %d exceeds the expert tensors in the file", r.a, c.NumExperts))
+	}
+}
+
+// err is every problem found, or nil.
+func (r *metaReader) err() error {
+	if len(r.errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("gguf %s: %s", r.f.path, joinErrs(r.errs))
 }
