@@ -231,8 +231,22 @@ func (c *Coordinator) AddManagedModel(ctx context.Context, req AddModelRequest) 
 
 // RemoveManagedModel removes a model from the registry; its workers unload it.
 func (c *Coordinator) RemoveManagedModel(ctx context.Context, name string) error {
-	if _, ok := c.fsm.snapshot().Models[name]; !ok {
+	spec, ok := c.fsm.snapshot().Models[name]
+	if !ok {
 		return fmt.Errorf("%w: %q", ErrModelNotFound, name)
+	}
+	if spec.Managed {
+		// Tombstone before the removal commits: workers still gossip the
+		// model until they unload it, and the leader's reconcile would
+		// otherwise register it again as a worker's own model if no
+		// placement round saw it managed yet. (A removal forwarded from
+		// another coordinator is caught by recentlyRemoved's inference.)
+		c.models.mu.Lock()
+		if c.models.removed == nil {
+			c.models.removed = map[string]time.Time{}
+		}
+		c.models.removed[name] = time.Now()
+		c.models.mu.Unlock()
 	}
 	return c.RemoveModel(ctx, name)
 }
