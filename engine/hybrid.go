@@ -26,6 +26,13 @@ type DeltaNetState interface {
 	Len() int
 }
 
+// DeltaNetChunk is the chunk length of the chunked (prefill) gated delta rule. With a
+// PromptEnd (DeltaNetSeq), prompt chunks start at positions that are multiples of it and
+// the recurrent state is rounded to float32 at their ends, so a sequence split into calls
+// at such positions (or at its prompt's end) gets the bits of one call: the serving
+// scheduler ends hybrid prompt chunks and takes snapshots only there.
+const DeltaNetChunk = 64
+
 // DeltaNetSeq is one sequence of a batch for GatedDeltaNet: its new tokens are rows
 // [Row, Row+N) of the batch tensors; State holds Pos tokens before the call.
 type DeltaNetSeq struct {
@@ -33,6 +40,14 @@ type DeltaNetSeq struct {
 	Row   int
 	N     int
 	Pos   int
+	// PromptEnd, if > 0, makes the rows' bits independent of how the sequence is split
+	// into calls (as AttnSeq.GEMMRows does for attention; from engine.Seq.PromptEnd):
+	// rows at positions < PromptEnd run the chunked rule in chunks aligned to absolute
+	// multiples of DeltaNetChunk, rows at positions ≥ PromptEnd (generated tokens, also
+	// when a resume prefills them) run the recurrent rule one token at a time exactly as
+	// decode steps do. A value ≥ Pos+N means every row is a prompt row. 0: chunked when
+	// N > 1, recurrent when N = 1, chunks counted from the call's first row.
+	PromptEnd int
 }
 
 // DeltaNetWeights are the per-layer weights GatedDeltaNet uses (the projections are
@@ -54,7 +69,8 @@ type DeltaNetOps interface {
 	// [T, ValueHeads*ValueDim]; b and a are [T, ValueHeads]. For each sequence: causal
 	// conv1d + SiLU continuing its conv state, beta = sigmoid(b), g = -exp(A_log) *
 	// softplus(a + dt_bias), the gated delta rule on L2-normalised q, k continuing its
-	// state (chunked when N > 1, recurrent when N = 1), then the gated RMSNorm with z.
+	// state (chunked when N > 1, recurrent when N = 1; with a PromptEnd as DeltaNetSeq
+	// says), then the gated RMSNorm with z.
 	// dst is [T, ValueHeads*ValueDim]; every state advances by its N.
 	GatedDeltaNet(dst, qkv, z, b, a Tensor, w DeltaNetWeights, seqs []DeltaNetSeq, p DeltaNetParams)
 }
@@ -85,4 +101,17 @@ type MoEOps interface {
 	// Shared(x[t])), with (e_i, w_i) the top-k of softmax(Router x[t]) (ties: lower expert
 	// first), renormalised if p.Normalize. x and dst are [T, hidden].
 	MoE(dst, x Tensor, w *MoEWeights, p MoEParams)
+}
+
+// PrefillAlign is the position multiple at which a prompt chunk of this model may end
+// without changing the bits of any logits (with engine.Seq.PromptEnd): DeltaNetChunk for
+// models with Gated DeltaNet (linear attention) layers, 1 otherwise. The serving
+// scheduler ends prompt chunks at such positions or at the prompt's end.
+func (m *Model) PrefillAlign() int {
+	for _, t := range m.cfg.LayerTypes {
+		if t == "linear_attention" {
+			return DeltaNetChunk
+		}
+	}
+	return 1
 }

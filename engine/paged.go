@@ -21,8 +21,8 @@ package engine
 // (copy-on-write). Recurrent layers (Gated DeltaNet) cannot be rebuilt from
 // KV blocks, so a hybrid model resumes only at a block carrying a snapshot
 // of the recurrent states (Cache.SaveSnapshot, taken by the serving layer at
-// the last block boundary of a prompt); snapshots are paid for with blocks
-// of the same pool, so the budget holds for them too.
+// the prompt's last multiple of SnapshotStride); snapshots are paid for with
+// blocks of the same pool, so the budget holds for them too.
 
 import (
 	"container/list"
@@ -316,6 +316,20 @@ func (p *KVPool) Blocks() int { return len(p.ref) }
 // NeedsSnapshots says whether prefixes resume only at recurrent-state
 // snapshots (hybrid models; Cache.SaveSnapshot).
 func (p *KVPool) NeedsSnapshots() bool { return p.needSnap && p.canSnap && p.cfg.PrefixCache }
+
+// SnapshotStride is the position multiple at which the serving layer takes
+// recurrent-state snapshots: the least common multiple of the block size and
+// DeltaNetChunk. There a prompt's recurrent state is made of whole delta-rule
+// chunks, the same bits however the prompt was split into calls, so a
+// sequence resuming from it computes what it would have computed without it
+// (docs/notes/invariance.md).
+func (p *KVPool) SnapshotStride() int {
+	a, b := p.cfg.BlockSize, DeltaNetChunk
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return p.cfg.BlockSize / a * DeltaNetChunk
+}
 
 // BlockBytes is the memory of one block (all attention layers).
 func (p *KVPool) BlockBytes() int64 { return p.bytes }

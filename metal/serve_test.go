@@ -63,8 +63,10 @@ func TestServeMatchesCPU(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := rand.New(rand.NewPCG(7, 7))
-	prefix := make([]int, 37)
+	r := rand.New(rand.NewPCG(8, 7)) // prompts whose 8 greedy tokens avoid the EOS id below
+	// 70 shared tokens: hybrid models reuse prefixes at multiples of 64
+	// (engine.DeltaNetChunk), dense ones at KV block boundaries.
+	prefix := make([]int, 70)
 	for i := range prefix {
 		prefix[i] = 1 + r.IntN(1000)
 	}
@@ -122,8 +124,8 @@ func serveMatchesCPU(t *testing.T, name, dir string, prompts [][]int) {
 		if st.KV.Blocks == 0 {
 			t.Fatalf("%s: no paged KV pool", backend)
 		}
-		if st.KV.Hits < 3 || st.KV.HitTokens < 3*32 {
-			t.Errorf("%s: prefix cache hits %d (%d tokens), want ≥ 3 (≥ 96)", backend, st.KV.Hits, st.KV.HitTokens)
+		if st.KV.Hits < 3 || st.KV.HitTokens < 3*64 {
+			t.Errorf("%s: prefix cache hits %d (%d tokens), want ≥ 3 (≥ 192)", backend, st.KV.Hits, st.KV.HitTokens)
 		}
 		t.Logf("%s: %v, %d passes, %d GPU argmax dispatches, %d prefix hits, tokens %v", backend, time.Since(t0), st.Passes, argmaxes.Load(), st.KV.Hits, out)
 		if backend != "cpu" && argmaxes.Load() < maxTokens {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/macpool/macpool/engine/checkpoint"
 	"github.com/macpool/macpool/engine/gguf"
 	"github.com/macpool/macpool/engine/synth"
 )
@@ -87,4 +88,19 @@ func residentBytes() (rss, anon, file int64) {
 		}
 	}
 	return rss, anon, file
+}
+
+// writeSyntheticMLX writes sm (built from shape with layers) as a checkpoint
+// folder: MLX affine for mlx4/mlx8, plain safetensors for the float quants.
+func writeSyntheticMLX(sm *synth.Model, shape string, layers int, dir string, stderr io.Writer) error {
+	cfg, err := synth.ConfigJSON(shape, layers)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := checkpoint.WriteMLX(dir, cfg, sm); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s in %.1fs\n", dir, time.Since(start).Seconds())
+	return nil
 }

@@ -66,5 +66,17 @@ func configFromGGUF(g *gguf.Config) *Config {
 		LinearValueHeadDim:           g.LinearValueHeadDim,
 		LinearNumKeyHeads:            g.LinearNumKeyHeads,
 		LinearNumValueHeads:          g.LinearNumValueHeads,
+		RopeScaling:                  ropeFromGGUF(g.RopeScaling),
 	}
+}
+
+// ropeFromGGUF is the scaling of the Hugging Face config the file was
+// converted from (engine/gguf.RopeScaling lists the keys); its errors name
+// the GGUF keys (rope.scaling.*).
+func ropeFromGGUF(r gguf.RopeScaling) RopeScaling {
+	if r.Type == "" {
+		return RopeScaling{}
+	}
+	return RopeScaling{Type: r.Type, Factor: r.Factor, OriginalMaxPositionEmbeddings: r.OriginalContextLength,
+		AttentionFactor: r.AttentionFactor, BetaFast: r.BetaFast, BetaSlow: r.BetaSlow, at: "rope.scaling"}
 }

@@ -23,7 +23,7 @@ func TestMatMulBatchInvariant(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		for _, f := range []tensor.Format{tensor.F32, tensor.BF16, tensor.F16, tensor.Q8_0} {
+		for _, f := range []tensor.Format{tensor.F32, tensor.BF16, tensor.F16, tensor.Q8_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
 			N, K := 300, 1024
 			h, _ := host(t, r, f, N, K)
 			w, err := b.Upload(h)

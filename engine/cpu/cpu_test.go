@@ -78,6 +78,23 @@ func host(t *testing.T, r *rand.Rand, f tensor.Format, rows, cols int) (*tensor.
 				h.Data[o+2+i] = byte(int8(r.IntN(255) - 127))
 			}
 		}
+	case tensor.Q4_K, tensor.Q5_K, tensor.Q6_K: // k-quant super-blocks of 256: random codes and scales, realistic f16 d (kquant)
+		if cols%tensor.QKK != 0 {
+			t.Fatalf("%v cols %d", f, cols)
+		}
+		bs := map[tensor.Format]int{tensor.Q4_K: tensor.BlockBytesQ4_K, tensor.Q5_K: tensor.BlockBytesQ5_K, tensor.Q6_K: tensor.BlockBytesQ6_K}[f]
+		h.Data = make([]byte, rows*cols/tensor.QKK*bs)
+		for i := range h.Data {
+			h.Data[i] = byte(r.Uint32())
+		}
+		for o := 0; o < len(h.Data); o += bs {
+			if f == tensor.Q6_K { // d last
+				binary.LittleEndian.PutUint16(h.Data[o+bs-2:], tensor.F32ToF16(1e-4+r.Float32()*1e-3))
+				continue
+			}
+			binary.LittleEndian.PutUint16(h.Data[o:], tensor.F32ToF16(1e-3+r.Float32()*1e-2))   // d (Q4_K, Q5_K)
+			binary.LittleEndian.PutUint16(h.Data[o+2:], tensor.F32ToF16(1e-3+r.Float32()*1e-2)) // dmin
+		}
 	default:
 		t.Fatalf("format %v", f)
 	}

@@ -144,10 +144,21 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 			panic(fmt.Sprintf("cpu: gated deltanet sequence %d: rows [%d, +%d) of %d, position %d, state holds %d", i, sq.Row, sq.N, T, sq.Pos, st.n))
 		}
 		from, to := st.begin()
-		// Long prompts go through in pieces of deltaPiece tokens: a multiple of the chunk
-		// size, so the result is the one of a single pass while the scratch stays bounded.
-		for p0 := 0; p0 < sq.N; p0 += deltaPiece {
-			n := min(deltaPiece, sq.N-p0)
+		// prompt: rows computed as prompt rows with canonical chunk boundaries, the rest
+		// as decode steps (engine.DeltaNetSeq.PromptEnd); -1 without a PromptEnd.
+		prompt := -1
+		if sq.PromptEnd > 0 {
+			prompt = min(sq.N, max(0, sq.PromptEnd-sq.Pos))
+		}
+		// Long prompts go through in pieces of about deltaPiece tokens that end at a
+		// multiple of the chunk size (counted from the call's start, or with a PromptEnd
+		// at an absolute position), so the result is the one of a single pass while the
+		// scratch stays bounded.
+		for p0, n := 0, 0; p0 < sq.N; p0 += n {
+			n = min(deltaPiece, sq.N-p0)
+			if end := sq.Pos + p0 + n; prompt >= 0 && p0+n < sq.N && end%deltanet.ChunkSize != 0 {
+				n -= end % deltanet.ChunkSize
+			}
 			r0 := sq.Row + p0
 			mixed := make([]float32, n*C)
 			deltanet.CausalConv1DOn(run, mixed, x.data[r0*C:(r0+n)*C], n, C, conv, K, st.conv)
@@ -161,9 +172,12 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 			}
 			deltanet.Gates(in.Beta, in.G, bb.data[r0*nv:(r0+n)*nv], aa.data[r0*nv:(r0+n)*nv], aLog, dtBias, n, nv)
 			out := o.data[r0*vd : (r0+n)*vd]
-			if sq.N > 1 {
+			switch {
+			case prompt >= 0:
+				deltanet.CanonicalInto(run, d, in, sq.Pos+p0, min(n, max(0, prompt-p0)), from, to, out)
+			case sq.N > 1:
 				deltanet.ChunkedInto(run, d, in, from, to, out)
-			} else {
+			default:
 				deltanet.RecurrentInto(run, d, in, from, to, out)
 			}
 			from = to // later pieces continue in place

@@ -252,3 +252,64 @@ func TestGatedDeltaNetLongSequence(t *testing.T) {
 		t.Errorf("state length %d, want %d", st.Len(), N)
 	}
 }
+
+// With a PromptEnd, one long call (pieces of about deltaPiece inside) gives the bits of
+// calls cut at absolute multiples of the chunk size and at the prompt's end followed by
+// one-token decode steps, outputs and state, from a position that is not a multiple.
+func TestGatedDeltaNetPromptEndPieces(t *testing.T) {
+	b := newBackend(t, 2)
+	r := rand.New(rand.NewPCG(7, 8))
+	p := engine.DeltaNetParams{KeyHeads: 1, ValueHeads: 2, KeyDim: 4, ValueDim: 4, ConvKernel: 3, Eps: 1e-6}
+	C, vd, nv, K := p.ConvDim(), p.ValueHeads*p.ValueDim, p.ValueHeads, p.ConvKernel
+	const pos0 = 40 // the first call's rows
+	N := deltaPiece + 150
+	total := pos0 + N
+	promptEnd := total - 30
+	w := engine.DeltaNetWeights{Conv: f32Weight(t, b, scaled(r, C*K, 0.5), C, K), ALog: f32Weight(t, b, scaled(r, nv, 1), nv),
+		DtBias: f32Weight(t, b, scaled(r, nv, 1), nv), Norm: f32Weight(t, b, scaled(r, p.ValueDim, 1), p.ValueDim)}
+	qkv, z, bb, a := randn(r, total*C), randn(r, total*vd), randn(r, total*nv), randn(r, total*nv)
+	// feed runs rows [t0, t1) through st in one call and returns the outputs.
+	feed := func(st engine.DeltaNetState, t0, t1 int) []float32 {
+		n := t1 - t0
+		dst := b.NewTensor(n, vd)
+		b.GatedDeltaNet(dst, tensorOf(b, n, C, qkv[t0*C:t1*C]), tensorOf(b, n, vd, z[t0*vd:t1*vd]),
+			tensorOf(b, n, nv, bb[t0*nv:t1*nv]), tensorOf(b, n, nv, a[t0*nv:t1*nv]),
+			w, []engine.DeltaNetSeq{{State: st, Row: 0, N: n, Pos: st.Len(), PromptEnd: promptEnd}}, p)
+		return tt(dst).data
+	}
+	newState := func() engine.DeltaNetState {
+		st, err := b.NewDeltaNetState(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	one := newState()
+	feed(one, 0, pos0)
+	got := feed(one, pos0, total)
+
+	cut := newState()
+	feed(cut, 0, pos0)
+	var want []float32
+	for _, c := range [][2]int{{pos0, 64}, {64, 64 + deltaPiece}, {64 + deltaPiece, promptEnd}} {
+		want = append(want, feed(cut, c[0], c[1])...)
+	}
+	for t0 := promptEnd; t0 < total; t0++ {
+		want = append(want, feed(cut, t0, t0+1)...)
+	}
+	bad := 0
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("one call vs cut calls: %d of %d outputs differ", bad, len(want))
+	}
+	s1, s2 := one.(*deltaState), cut.(*deltaState)
+	for i := range s1.rule {
+		if math.Float32bits(s1.rule[i]) != math.Float32bits(s2.rule[i]) {
+			t.Fatalf("state value %d: %g vs %g", i, s1.rule[i], s2.rule[i])
+		}
+	}
+}

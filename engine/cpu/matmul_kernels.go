@@ -7,6 +7,7 @@ package cpu
 // int8 blocks, in parallel.
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/macpool/macpool/engine/cpu/kernels"
@@ -28,26 +29,32 @@ func (b *Backend) uploadKernel(w *Weight, h *tensor.Host) (copied bool, err erro
 	if len(h.Shape) != 2 || h.Rows() < 2 {
 		return false, nil // vectors: decoded to float32 by Upload
 	}
-	if h.Format == tensor.Q4_K {
-		// Rewritten as MLX affine 4-bit (float32 scale/bias per 32, rows
-		// bit-identical) on the VNNI kernels; without VNNI the row decoder
-		// path stays.
-		if m, err := kernels.PrepareQ4K(h); err == nil {
+	if prepare, ok := kquantPrepare[h.Format]; ok {
+		// K-quants are packed natively for the VNNI kernels or their AVX2
+		// one-row versions (kernels/kquant*.go: codes kept packed, within 3%
+		// of the file size; rows decode bit-identically, so ExactMatMul uses
+		// them too).
+		// `--quantize q8` requantizes to Q8_0 (above).
+		m, err := prepare(h)
+		if err == nil {
 			w.k, w.host = m, nil
 			return true, nil
 		}
-	}
-	if h.Format == tensor.Q6_K && !b.exact && h.Cols()%32 == 0 && kernels.Packed() {
-		// No Q6_K kernel (16-value scales): requantized to Q8_0 (1.3× its
-		// size) rather than the row decoder, ~100× slower, which would
-		// dominate a Q4_K_M model's decode (its output matrix is Q6_K).
-		// ExactMatMul keeps the exact row decoder.
-		m, err := kernels.QuantizeMatrix(h, tensor.Q8_0)
-		if err != nil {
-			return false, err
+		if !errors.Is(err, kernels.ErrUnsupported) {
+			return false, err // malformed tensor
 		}
-		w.k, w.format, w.host = m, tensor.Q8_0, nil
-		return true, nil
+		if !b.exact && h.Cols()%32 == 0 {
+			// No native kernel on this machine (arm64 NEON, x86 without
+			// AVX2): requantized to Q8_0 (1.3× a Q6_K file, 1.9× Q4_K) for
+			// the vectorized Q8_0 kernels, ~10× the row decoder's speed.
+			// ExactMatMul keeps the exact row decoder.
+			m, err := kernels.QuantizeMatrix(h, tensor.Q8_0)
+			if err != nil {
+				return false, err
+			}
+			w.k, w.format, w.host = m, tensor.Q8_0, nil
+			return true, nil
+		}
 	}
 	m, err := kernels.Prepare(h)
 	if err != nil {
@@ -59,6 +66,12 @@ func (b *Backend) uploadKernel(w *Weight, h *tensor.Host) (copied bool, err erro
 		return true, nil
 	}
 	return false, nil
+}
+
+var kquantPrepare = map[tensor.Format]func(*tensor.Host) (*kernels.Matrix, error){
+	tensor.Q4_K: kernels.PrepareQ4K,
+	tensor.Q5_K: kernels.PrepareQ5K,
+	tensor.Q6_K: kernels.PrepareQ6K,
 }
 
 // quantizable: float and k-quant matrices (no kernel of their own yet:

@@ -5,6 +5,7 @@ package cpu
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/cpu/kernels"
@@ -33,7 +34,11 @@ type kvBlocks struct {
 }
 
 // NewKVBlocks allocates a layer's block store (float32, zeroed lazily by
-// the OS: untouched blocks cost no resident memory).
+// the OS: untouched blocks cost no resident memory). On Linux the store is
+// advised to transparent huge pages (adviseHuge): a decode step walks
+// every cached position of every sequence, one head's V rows 2 KB apart,
+// and with 4 KB pages that is a TLB miss every other row; pages then fill
+// 2 MB at a time instead of 4 KB.
 func (b *Backend) NewKVBlocks(kvHeads, headDim, blockSize, blocks int) (engine.KVBlocks, error) {
 	if kvHeads <= 0 || headDim <= 0 || blockSize <= 0 || blocks <= 0 {
 		return nil, fmt.Errorf("cpu: kv blocks: %d blocks of %d positions × %d heads × %d", blocks, blockSize, kvHeads, headDim)
@@ -43,8 +48,12 @@ func (b *Backend) NewKVBlocks(kvHeads, headDim, blockSize, blocks int) (engine.K
 	s := &kvBlocks{heads: kvHeads, headDim: headDim, dim: dim, bs: blockSize, blocks: blocks}
 	if b.kvF16 {
 		s.k16, s.v16 = make([]uint16, n), make([]uint16, n)
+		adviseHuge(unsafe.Pointer(&s.k16[0]), 2*n)
+		adviseHuge(unsafe.Pointer(&s.v16[0]), 2*n)
 	} else {
 		s.k, s.v = make([]float32, n), make([]float32, n)
+		adviseHuge(unsafe.Pointer(&s.k[0]), 4*n)
+		adviseHuge(unsafe.Pointer(&s.v[0]), 4*n)
 	}
 	return s, nil
 }
@@ -259,6 +268,28 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 		l = max(0, min(L, valid(i)-bi*bs))
 		return l, l > 0 && i+1 < m && min(L, valid(i+1)-bi*bs) == l
 	}
+	// f16 per-row path: while the first pair of queries sums block bi its
+	// kernel prefetches the same rows of block bi+1 (K in the score loop, V
+	// in the output loop), and the first block's rows are asked for before
+	// each loop. A decode step streams every sequence's whole cache from
+	// DRAM and one head's rows are runs too short (K 8 KB, V 256 bytes 2 KB
+	// apart) for the hardware prefetchers; the float32 kernels gained
+	// nothing from it (measured) and do not prefetch.
+	nb := (n + bs - 1) / bs
+	nextBlock := func(bi int, k bool) []uint16 {
+		if bi+1 >= nb {
+			return nil
+		}
+		kb, vb := st.block16(c.t.Blocks[bi+1], kvHead)
+		if k {
+			return kb
+		}
+		return vb
+	}
+	if f16 && !gemm {
+		kb, _ := st.block16(c.t.Blocks[0], kvHead)
+		kernels.PrefetchF16(kb, 1, 0, len(kb))
+	}
 	for bi = 0; bi*bs < n; bi++ {
 		L = min(bs, n-bi*bs)
 		if f16 {
@@ -268,6 +299,7 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 				kernels.GemmF32NN(sc[bi*bs:], n, a, hd, wide, bs, m, L, hd)
 				continue
 			}
+			next := nextBlock(bi, true)
 			for i := 0; i < m; {
 				l, pair := segLen(i)
 				seg := sc[i*n+bi*bs : i*n+bi*bs+l]
@@ -275,7 +307,8 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 				if pair {
 					seg1 := sc[(i+1)*n+bi*bs : (i+1)*n+bi*bs+l]
 					clear(seg1)
-					kernels.AxpysF16x2(seg, seg1, a[i*hd:(i+1)*hd], a[(i+1)*hd:(i+2)*hd], kb, bs, hd)
+					kernels.AxpysF16x2Next(seg, seg1, a[i*hd:(i+1)*hd], a[(i+1)*hd:(i+2)*hd], kb, next, bs, hd)
+					next = nil
 					i += 2
 					continue
 				}
@@ -308,6 +341,10 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 			i++
 		}
 	}
+	if f16 && !gemm {
+		_, vb := st.block16(c.t.Blocks[0], kvHead)
+		kernels.PrefetchF16(vb, min(bs, n), st.dim, hd)
+	}
 	sums := make([]float32, m)
 	for i := range m {
 		v := valid(i)
@@ -328,11 +365,13 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 				kernels.AxpyF32(o, 1, tmp)
 				continue
 			}
+			next := nextBlock(bi, false)
 			for i := 0; i < m; {
 				l, pair := segLen(i)
 				p0 := sc[i*n+bi*bs : i*n+bi*bs+l]
 				if pair {
-					kernels.AxpysF16x2(o[i*hd:(i+1)*hd], o[(i+1)*hd:(i+2)*hd], p0, sc[(i+1)*n+bi*bs:(i+1)*n+bi*bs+l], vb, st.dim, l)
+					kernels.AxpysF16x2Next(o[i*hd:(i+1)*hd], o[(i+1)*hd:(i+2)*hd], p0, sc[(i+1)*n+bi*bs:(i+1)*n+bi*bs+l], vb, next, st.dim, l)
+					next = nil
 					i += 2
 					continue
 				}

@@ -236,18 +236,21 @@ func RecurrentInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
 	in.check(d, to, out)
 	forHeads(r, d.NumValueHeads, in.T*d.KeyDim*d.ValueDim, func(h int, hd *headData) {
 		gatherHead(d, in, h, hd, from)
-		recurrentHead(d, hd, in.T, out, h)
+		recurrentHead(d, hd, 0, in.T, out, h, false)
 		storeState(d, h, hd, to)
 	})
 }
 
-func recurrentHead(d Dims, hd *headData, T int, out []float32, h int) {
+// recurrentHead runs rows [t0, t1) token by token. With round, the state is rounded to
+// float32 between tokens, as storing it between one-token calls (decode steps) does (the
+// caller stores, or rounds, the state after the last one).
+func recurrentHead(d Dims, hd *headData, t0, t1 int, out []float32, h int, round bool) {
 	dk, dv := d.KeyDim, d.ValueDim
 	vd := d.NumValueHeads * dv
 	S := hd.S
 	hd.P = grow(hd.P, 2*dv)
 	delta, o := hd.P[:dv], hd.P[dv:2*dv]
-	for t := 0; t < T; t++ {
+	for t := t0; t < t1; t++ {
 		q, k, v := hd.q[t*dk:(t+1)*dk], hd.k[t*dk:(t+1)*dk], hd.v[t*dv:(t+1)*dv]
 		decay := math.Exp(hd.g[t])
 		beta := hd.beta[t]
@@ -276,6 +279,17 @@ func recurrentHead(d Dims, hd *headData, T int, out []float32, h int) {
 		for j, x := range o {
 			dst[j] = float32(x)
 		}
+		if round && t < t1-1 {
+			roundState(S)
+		}
+	}
+}
+
+// roundState rounds every element of a float64 state to float32, the precision the state
+// is stored in between calls.
+func roundState(S []float64) {
+	for i, v := range S {
+		S[i] = float64(float32(v))
 	}
 }
 
@@ -296,12 +310,43 @@ func ChunkedInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
 	in.check(d, to, out)
 	forHeads(r, d.NumValueHeads, in.T*d.KeyDim*d.ValueDim, func(h int, hd *headData) {
 		gatherHead(d, in, h, hd, from)
-		chunkedHead(d, hd, in.T, out, h)
+		chunkedHead(d, hd, 0, in.T, ChunkSize, out, h, false)
 		storeState(d, h, hd, to)
 	})
 }
 
-func chunkedHead(d Dims, hd *headData, T int, out []float32, h int) {
+// CanonicalInto runs the gated delta rule for one sequence with fixed boundaries, so that
+// the bits of every output row and of the final state do not depend on how the sequence
+// was split into calls (batch invariance, docs/notes/invariance.md). The call's first row
+// is at absolute position pos. Rows [0, prompt) are prompt rows: chunked, with chunks
+// starting at absolute positions that are multiples of ChunkSize (the first one runs up to
+// the next multiple, the last one ends at row prompt) and the state rounded to float32
+// after every chunk, so a call boundary at a multiple of ChunkSize or at the prompt's end
+// changes nothing. Rows [prompt, T) are generated rows: one token at a time with the state
+// rounded to float32 after each, exactly the arithmetic of a sequence of one-token
+// Recurrent calls (decode steps). Otherwise as ChunkedInto.
+func CanonicalInto(r Runner, d Dims, in Inputs, pos, prompt int, from, to, out []float32) {
+	in.check(d, from, out)
+	in.check(d, to, out)
+	if pos < 0 || prompt < 0 || prompt > in.T {
+		panic(fmt.Sprintf("deltanet: canonical rule at position %d with %d prompt rows of %d", pos, prompt, in.T))
+	}
+	first := ChunkSize - pos%ChunkSize
+	forHeads(r, d.NumValueHeads, in.T*d.KeyDim*d.ValueDim, func(h int, hd *headData) {
+		gatherHead(d, in, h, hd, from)
+		chunkedHead(d, hd, 0, prompt, first, out, h, true)
+		if prompt > 0 && prompt < in.T {
+			roundState(hd.S) // the prompt's end
+		}
+		recurrentHead(d, hd, prompt, in.T, out, h, true)
+		storeState(d, h, hd, to) // rounds after the last chunk or token
+	})
+}
+
+// chunkedHead runs rows [t0, t1) in chunks: the first of at most first rows, then of
+// ChunkSize. With round, the state is rounded to float32 between chunks (the caller
+// stores, or rounds, it after the last one).
+func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, round bool) {
 	dk, dv := d.KeyDim, d.ValueDim
 	vd := d.NumValueHeads * dv
 	C := ChunkSize
@@ -313,8 +358,8 @@ func chunkedHead(d Dims, hd *headData, T int, out []float32, h int) {
 	hd.P = grow(hd.P, C+dv) // one row of the intra-chunk attention, one output row
 	G, A, U, W := hd.G, hd.A, hd.U, hd.W
 	P, o := hd.P[:C], hd.P[C:C+dv]
-	for c0 := 0; c0 < T; c0 += C {
-		L := min(C, T-c0)
+	for c0, L := t0, min(first, C); c0 < t1; c0, L = c0+L, C {
+		L = min(L, t1-c0)
 		q := hd.q[c0*dk : (c0+L)*dk]
 		k := hd.k[c0*dk : (c0+L)*dk]
 		v := hd.v[c0*dv : (c0+L)*dv]
@@ -385,6 +430,9 @@ func chunkedHead(d Dims, hd *headData, T int, out []float32, h int) {
 			for x := 0; x < dk; x++ {
 				axpy(S[x*dv:(x+1)*dv], e*ki[x], ui)
 			}
+		}
+		if round && c0+L < t1 {
+			roundState(S)
 		}
 	}
 }

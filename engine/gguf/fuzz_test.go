@@ -9,9 +9,16 @@ import (
 // FuzzParse feeds arbitrary bytes to the parser and to everything a caller
 // does next (config, tensor views, decoding, tokenizer spec): errors are
 // fine, panics and hangs are not. Seeds: testdata/fuzz/FuzzParse plus the
-// synthetic model and the header of a fixture.
+// synthetic models (separate and merged experts, YaRN keys) and the header
+// of a fixture.
 func FuzzParse(f *testing.F) {
 	f.Add(tinyModel().bytes())
+	f.Add(tinyMoE(true).bytes()) // merged ffn_gate_up_exps
+	yarn := denseQwen3()
+	yarn.add("qwen3.rope.scaling.type", "yarn")
+	yarn.add("qwen3.rope.scaling.factor", float32(4))
+	yarn.add("qwen3.rope.scaling.original_context_length", uint32(32))
+	f.Add(yarn.bytes())
 	if b, err := os.ReadFile(filepath.Join(fixtures, "qwen3-q4_k_m.gguf")); err == nil {
 		f.Add(b[:8192])
 	}

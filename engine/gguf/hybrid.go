@@ -169,6 +169,10 @@ func (f *File) mapHybrid() {
 		}
 		stem, suffix := m[2], m[3]
 		prefix := "model.layers." + m[1] + "."
+		if stem == mergedGateUp && suffix == "weight" {
+			f.mapGateUp(i, prefix, suffix)
+			continue
+		}
 		ref := hfRef{info: i, expert: -1}
 		hf, ok := hybridLayerNames[stem]
 		switch {
@@ -478,14 +482,6 @@ func (f *File) hybridConfig() (*Config, error) {
 		return nil, err
 	}
 
-	for i := range f.infos {
-		// llama.cpp can also load gate and up experts merged into one
-		// tensor; our converter reading never writes it and its row order
-		// is not verified here.
-		if m := blkAny.FindStringSubmatch(f.infos[i].Name); m != nil && m[2] == "ffn_gate_up_exps" {
-			return nil, fmt.Errorf("gguf %s: tensor %s (gate and up experts merged) is not supported; convert with separate ffn_gate_exps/ffn_up_exps", f.path, f.infos[i].Name)
-		}
-	}
 	emb, ok := f.Info("token_embd.weight")
 	if !ok || len(emb.Dims) != 2 {
 		return nil, fmt.Errorf("gguf %s: no 2-D token_embd.weight", f.path)
@@ -609,7 +605,7 @@ func (f *File) checkHybridShapes(c *Config) error {
 func hybridShape(ti *TensorInfo, ref hfRef, c *Config) []int {
 	s := ti.Shape()
 	if ref.expert >= 0 {
-		return s[1:]
+		return expertShape(ti, ref)
 	}
 	if ref.xf == nil {
 		return s

@@ -48,6 +48,9 @@ type Config struct {
 	LinearValueHeadDim  int
 	LinearNumKeyHeads   int
 	LinearNumValueHeads int
+
+	// RopeScaling is ARCH.rope.scaling.* (rope.go); zero: none.
+	RopeScaling RopeScaling
 }
 
 // architectures maps general.architecture to the Hugging Face model_type.
@@ -68,7 +71,10 @@ var architectures = map[string]string{
 type hfRef struct {
 	info   int
 	expert int
-	xf     *hybridXform // hybrid architectures: how the stored tensor becomes the HF one (nil: as stored)
+	// half is 1 (gate_proj: first half of the rows) or 2 (up_proj: second
+	// half) of one expert of a merged ffn_gate_up_exps tensor, else 0.
+	half int
+	xf   *hybridXform // hybrid architectures: how the stored tensor becomes the HF one (nil: as stored)
 }
 
 // Architecture is general.architecture.
@@ -130,6 +136,10 @@ func (f *File) mapArchitecture() {
 		if m == nil {
 			continue // e.g. rope_freqs: not a Hugging Face weight
 		}
+		if m[2] == mergedGateUp {
+			f.mapGateUp(i, "model.layers."+m[1]+".", m[3])
+			continue
+		}
 		part, ok := layerNames[m[2]]
 		if !ok {
 			continue
@@ -189,8 +199,45 @@ func (f *File) Tensor(name string) (*tensor.Host, error) {
 	per := ti.Size / ti.Dims[2]
 	h.Shape = h.Shape[1:]
 	off := uint64(ref.expert) * per
+	if ref.half > 0 {
+		// ffn_gate_up_exps: each expert's rows are gate_proj then up_proj
+		// (llama.cpp's build_moe_ffn views the first and second half of the
+		// product); a row is whole blocks, so each half is a byte range.
+		per /= 2
+		off += uint64(ref.half-1) * per
+		h.Shape[0] /= 2
+	}
 	h.Data = h.Data[off : off+per : off+per]
 	return h, nil
+}
+
+// mergedGateUp is the GGUF stem of gate and up experts stacked in one tensor
+// ([E, 2·F, H]: per expert F gate rows, then F up rows), which newer
+// llama.cpp converters write for some MoE models and llama.cpp loads in
+// place of ffn_gate_exps + ffn_up_exps.
+const mergedGateUp = "ffn_gate_up_exps"
+
+// mapGateUp indexes the per-expert gate_proj and up_proj views of the
+// merged tensor at directory entry i (prefix: "model.layers.N.").
+func (f *File) mapGateUp(i int, prefix, suffix string) {
+	ti := &f.infos[i]
+	if len(ti.Dims) != 3 || ti.Dims[1]%2 != 0 {
+		return // the views are then missing: reported by Config
+	}
+	for e := 0; e < int(ti.Dims[2]); e++ {
+		pe := prefix + "mlp.experts." + strconv.Itoa(e) + "."
+		f.hf[pe+"gate_proj."+suffix] = hfRef{info: i, expert: e, half: 1}
+		f.hf[pe+"up_proj."+suffix] = hfRef{info: i, expert: e, half: 2}
+	}
+}
+
+// expertShape is the logical shape of the view ref gives of a stacked tensor.
+func expertShape(ti *TensorInfo, ref hfRef) []int {
+	s := ti.Shape()[1:]
+	if ref.half > 0 {
+		s[0] /= 2
+	}
+	return s
 }
 
 // Tensors returns every canonical tensor of the file (see Tensor).
@@ -251,7 +298,8 @@ func (f *File) Config() (*Config, error) {
 	c.EOSTokenIDs = f.eosIDs()
 	if c.NumExperts > 0 {
 		for i := 0; i < c.NumHiddenLayers; i++ {
-			if _, ok := f.Info(fmt.Sprintf("blk.%d.ffn_gate_exps.weight", i)); !ok {
+			_, merged := f.Info(fmt.Sprintf("blk.%d.%s.weight", i, mergedGateUp))
+			if _, ok := f.Info(fmt.Sprintf("blk.%d.ffn_gate_exps.weight", i)); !ok && !merged {
 				if _, dense := f.Info(fmt.Sprintf("blk.%d.ffn_gate.weight", i)); dense {
 					c.MLPOnlyLayers = append(c.MLPOnlyLayers, i)
 				}
@@ -336,7 +384,7 @@ func (f *File) checkShapes(c *Config) error {
 		ti := &f.infos[ref.info]
 		got := ti.Shape()
 		if ref.expert >= 0 {
-			got = got[1:]
+			got = expertShape(ti, ref)
 		}
 		if !slices.Equal(got, want[name]) {
 			return fmt.Errorf("gguf %s: tensor %s (%s) has shape %v, want %v", f.path, name, ti.Name, got, want[name])
@@ -428,9 +476,7 @@ func (r *metaReader) attention(c *Config, layers func() int) {
 	if c.RopeTheta, ok = r.f.Float(a + ".rope.freq_base"); !ok {
 		c.RopeTheta = 10000 // llama.cpp's default
 	}
-	if st, ok := r.f.String(a + ".rope.scaling.type"); ok && st != "none" && st != "" {
-		r.errs = append(r.errs, fmt.Sprintf("%s.rope.scaling.type %q is not supported", a, st))
-	}
+	r.ropeScaling(c)
 }
 
 // experts fills the MoE sizes. llama.cpp's qwen3moe, qwen3next and

@@ -184,6 +184,7 @@ func DenseMeta(c *Config) ([]Meta, error) {
 		{arch + ".attention.layer_norm_rms_epsilon", float32(c.RMSNormEps)},
 		{arch + ".rope.freq_base", float32(c.RopeTheta)},
 	}
+	meta = append(meta, RopeMeta(arch, c.RopeScaling)...)
 	if c.BOSTokenID >= 0 {
 		meta = append(meta, Meta{"tokenizer.ggml.bos_token_id", u(c.BOSTokenID)})
 	}

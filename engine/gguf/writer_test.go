@@ -134,7 +134,31 @@ func f32s(xs ...float32) []byte {
 
 // tinyModel is a complete qwen3moe file with every tensor kind: hidden 32,
 // 1 layer, 2 heads of 16 (1 kv head), 4 experts of width 32, vocabulary 8.
-func tinyModel() *builder {
+func tinyModel() *builder { return tinyMoE(false) }
+
+// tinyMoE is tinyModel, with gate and up experts merged into one
+// ffn_gate_up_exps tensor (same values: per expert its gate rows, then its
+// up rows) when merged is set.
+func tinyMoE(merged bool) *builder {
+	return tinyMoEWith(func(w *builder, gate, up []byte) {
+		if !merged {
+			w.tensor("blk.0.ffn_gate_exps.weight", TypeF32, []uint64{32, 32, 4}, gate)
+			w.tensor("blk.0.ffn_up_exps.weight", TypeF32, []uint64{32, 32, 4}, up)
+			return
+		}
+		per := 4 * 32 * 32 // bytes of one expert's gate (or up) rows
+		var gu []byte
+		for e := range 4 {
+			gu = append(gu, gate[e*per:(e+1)*per]...)
+			gu = append(gu, up[e*per:(e+1)*per]...)
+		}
+		w.tensor("blk.0.ffn_gate_up_exps.weight", TypeF32, []uint64{32, 64, 4}, gu)
+	})
+}
+
+// tinyMoEWith is tinyModel with the gate and up experts (F32 [4, 32, 32]
+// each) written by gateUp.
+func tinyMoEWith(gateUp func(w *builder, gate, up []byte)) *builder {
 	w := newBuilder()
 	w.add("general.architecture", "qwen3moe")
 	w.add("qwen3moe.block_count", uint32(1))
@@ -178,8 +202,8 @@ func tinyModel() *builder {
 	w.tensor("blk.0.attn_q_norm.weight", TypeF32, []uint64{16}, mat(16))
 	w.tensor("blk.0.attn_k_norm.weight", TypeF32, []uint64{16}, mat(16))
 	w.tensor("blk.0.ffn_gate_inp.weight", TypeF32, []uint64{32, 4}, mat(32*4))
-	w.tensor("blk.0.ffn_gate_exps.weight", TypeF32, []uint64{32, 32, 4}, mat(32*32*4))
-	w.tensor("blk.0.ffn_up_exps.weight", TypeF32, []uint64{32, 32, 4}, mat(32*32*4))
+	gate, up := mat(32*32*4), mat(32*32*4)
+	gateUp(w, gate, up)
 	w.tensor("blk.0.ffn_down_exps.weight", TypeF32, []uint64{32, 32, 4}, mat(32*32*4))
 	return w
 }

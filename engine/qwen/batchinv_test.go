@@ -13,10 +13,8 @@ import (
 // resume, or a recompute after preemption), however the prompt was chunked
 // and whatever else shared the batch: a seeded or greedy continuation then
 // equals the uninterrupted run. engine.Seq.PromptEnd marks where generation
-// began. Dense and MoE attention models only: the hybrid models' Gated
-// DeltaNet prefill (chunked) and decode (recurrent) are different
-// algorithms, so their logits agree to ~1e-6, not bit for bit
-// (docs/notes/invariance.md).
+// began. Dense and MoE attention models; the hybrid models (Gated DeltaNet)
+// are checked by TestHybridBatchInvariantLogits (docs/notes/invariance.md).
 func TestBatchInvariantLogits(t *testing.T) {
 	const prompt = 30
 	for _, tc := range []struct {

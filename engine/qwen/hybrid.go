@@ -467,7 +467,13 @@ func (m *Hybrid) linearAttention(s *linScratch, l *LinearAttention, li int, h, y
 		if st.Len() != sq.Pos {
 			return fmt.Errorf("layer %d: sequence %d recurrent state holds %d positions, batch starts at %d", li, i, st.Len(), sq.Pos)
 		}
-		s.seqs = append(s.seqs, engine.DeltaNetSeq{State: st, Row: sq.Row, N: sq.N, Pos: sq.Pos})
+		// Rows from Pos+GEMMRows on are generated (engine.Seq.PromptEnd); when all rows are
+		// prompt rows, Pos+N says as much to the op.
+		promptEnd := 0
+		if sq.GEMMRows >= 0 {
+			promptEnd = sq.Pos + sq.GEMMRows
+		}
+		s.seqs = append(s.seqs, engine.DeltaNetSeq{State: st, Row: sq.Row, N: sq.N, Pos: sq.Pos, PromptEnd: promptEnd})
 	}
 	if l.QKVZ != nil {
 		// Qwen3-Next: per key head g the fused output is [q_g | k_g | v_g | z_g] (v_g, z_g

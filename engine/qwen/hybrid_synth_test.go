@@ -124,6 +124,59 @@ func TestHybridSyntheticLayerMixes(t *testing.T) {
 // 256-token prefill. Only 16 of its 256 experts exist here: decode cost does not depend on
 // the expert count.
 func BenchmarkHybridDecode(b *testing.B) {
+	m := hybridBenchModel(b)
+	c := newCache(b, m)
+	ctx := context.Background()
+	if _, err := m.Forward(ctx, []engine.Seq{{Cache: c, Tokens: randomIDs(1, 256, m.VocabSize())}}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := m.Forward(ctx, []engine.Seq{{Cache: c, Tokens: []int{7}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkHybridResume times what a failover resume of the BenchmarkHybridDecode model
+// costs: a 256-token prompt and 64 generated tokens prefilled in one call, the generated
+// ones replayed as decode steps compute them (engine.Seq.PromptEnd: "resume"), against
+// the same 320 tokens all as prompt rows ("prompt") and the uninterrupted run's prompt
+// plus 64 decode steps ("decoded").
+func BenchmarkHybridResume(b *testing.B) {
+	m := hybridBenchModel(b)
+	ids := randomIDs(1, 320, m.VocabSize())
+	c := newCache(b, m)
+	ctx := context.Background()
+	fwd := func(s engine.Seq) {
+		if _, err := m.Forward(ctx, []engine.Seq{s}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, mode := range []string{"prompt", "resume", "decoded"} {
+		b.Run(mode, func(b *testing.B) {
+			for b.Loop() {
+				if err := c.Truncate(0); err != nil {
+					b.Fatal(err)
+				}
+				switch mode {
+				case "prompt":
+					fwd(engine.Seq{Cache: c, Tokens: ids, PromptEnd: len(ids)})
+				case "resume":
+					fwd(engine.Seq{Cache: c, Tokens: ids, PromptEnd: 256})
+				default:
+					fwd(engine.Seq{Cache: c, Tokens: ids[:256], PromptEnd: 256})
+					for i := 256; i < len(ids); i++ {
+						fwd(engine.Seq{Cache: c, Tokens: ids[i : i+1], PromptEnd: 256})
+					}
+				}
+			}
+		})
+	}
+}
+
+// hybridBenchModel is a two-layer model with the layer sizes of Qwen3.6-35B-A3B
+// (BenchmarkHybridDecode).
+func hybridBenchModel(b *testing.B) *engine.Model {
 	cfg := &checkpoint.Config{
 		ModelType: "qwen3_5_moe_text", HiddenSize: 2048, NumHiddenLayers: 2,
 		NumAttentionHeads: 16, NumKeyValueHeads: 2, HeadDim: 256, VocabSize: 1024,
@@ -139,20 +192,11 @@ func BenchmarkHybridDecode(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer be.Close()
+	b.Cleanup(func() { be.Close() })
 	m, err := engine.New(be, ck)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer m.Close()
-	c := newCache(b, m)
-	ctx := context.Background()
-	if _, err := m.Forward(ctx, []engine.Seq{{Cache: c, Tokens: randomIDs(1, 256, cfg.VocabSize)}}); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		if _, err := m.Forward(ctx, []engine.Seq{{Cache: c, Tokens: []int{7}}}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	b.Cleanup(func() { m.Close() })
+	return m
 }

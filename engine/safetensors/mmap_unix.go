@@ -5,9 +5,15 @@ package safetensors
 import (
 	"os"
 	"syscall"
+
+	"github.com/macpool/macpool/engine/tensor"
 )
 
 // mapFile maps f read-only. The mapping stays valid after f is closed.
+// It is registered with tensor.RegisterMapped so that a backend that copies
+// a tensor at upload (packed or quantized) can drop the mapped pages
+// (tensor.DropPages): the mapping is read-only and shared, so dropping never
+// loses data, and the model is not resident twice.
 func mapFile(f *os.File, size int64) ([]byte, func() error, error) {
 	if size == 0 {
 		return nil, func() error { return nil }, nil
@@ -16,5 +22,6 @@ func mapFile(f *os.File, size int64) ([]byte, func() error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return b, func() error { return syscall.Munmap(b) }, nil
+	tensor.RegisterMapped(b)
+	return b, func() error { tensor.UnregisterMapped(b); return syscall.Munmap(b) }, nil
 }

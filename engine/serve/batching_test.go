@@ -168,8 +168,14 @@ func TestPrefixCacheReuse(t *testing.T) {
 			if c := first.usage.PromptTokensDetails.CachedTokens; c != 0 {
 				t.Errorf("first run: %d cached tokens", c)
 			}
-			if c := second.usage.PromptTokensDetails.CachedTokens; c != 112 {
-				t.Errorf("second run: %d cached tokens, want 112 (7 blocks of 16)", c)
+			// Hybrid models resume only at snapshots, taken at multiples of
+			// 64 (engine.KVPool.SnapshotStride: the delta rule's chunk).
+			cached := 112 // 7 blocks of 16
+			if name != "qwen3" {
+				cached = 64
+			}
+			if c := second.usage.PromptTokensDetails.CachedTokens; c != cached {
+				t.Errorf("second run: %d cached tokens, want %d", c, cached)
 			}
 			if first.choices[0].text != second.choices[0].text {
 				t.Errorf("cached run %q, cold run %q", second.choices[0].text, first.choices[0].text)
@@ -177,15 +183,15 @@ func TestPrefixCacheReuse(t *testing.T) {
 			// A follow-up turn (the prompt and more) resumes at the block
 			// boundary where the first prompt's snapshot was taken.
 			third := mustRun(t, e, tokenJob(append(prompt[:120:120], mixedRequests(3)[2].prompt...), 4))
-			if c := third.usage.PromptTokensDetails.CachedTokens; c != 112 {
-				t.Errorf("follow-up: %d cached tokens, want 112", c)
+			if c := third.usage.PromptTokensDetails.CachedTokens; c != cached {
+				t.Errorf("follow-up: %d cached tokens, want %d", c, cached)
 			}
 			// Dense models reuse any shared block prefix; hybrid ones only
-			// prefixes ending at a snapshot.
+			// prefixes ending at a snapshot (here the one at 64).
 			fourth := mustRun(t, e, tokenJob(append(prompt[:100:100], 1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 4))
 			want := 96
 			if name != "qwen3" {
-				want = 0
+				want = 64
 			}
 			if c := fourth.usage.PromptTokensDetails.CachedTokens; c != want {
 				t.Errorf("shared 100-token prefix: %d cached tokens, want %d", c, want)

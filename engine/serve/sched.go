@@ -239,6 +239,7 @@ func (e *Engine) schedule(st *sched) []item {
 			return
 		}
 		pos := s.cache.Len()
+		n = e.alignChunk(s, pos, n, len(r.tokens)-r.off)
 		if s.snapAt > pos && s.snapAt < pos+n {
 			n = s.snapAt - pos // end the chunk where the snapshot is taken
 		}
@@ -307,6 +308,31 @@ func (e *Engine) schedule(st *sched) []item {
 	return batch
 }
 
+// alignChunk ends a prompt chunk of n tokens at pos of a hybrid model at a
+// multiple of engine.Model.PrefillAlign (the delta rule's chunk) or at the
+// prompt's end, so that the chunking changes no bits of the sequence
+// (engine.DeltaNetChunk, docs/notes/invariance.md): it shortens the chunk,
+// or, when that leaves nothing, lengthens it to the next multiple (then the
+// pass exceeds PrefillChunk or MaxBatchTokens by less than one multiple).
+// rest is the tokens of the step not yet fed. Generated tokens (a resume,
+// a recompute) are fed one per row and cut anywhere.
+func (e *Engine) alignChunk(s *seq, pos, n, rest int) int {
+	return alignedChunk(e.model.PrefillAlign(), pos, n, rest, s.promptEnd)
+}
+
+// alignedChunk is alignChunk for alignment a and a prompt ending at
+// promptEnd (0: unknown, no alignment).
+func alignedChunk(a, pos, n, rest, promptEnd int) int {
+	end := pos + n
+	if a <= 1 || promptEnd <= 0 || end >= promptEnd || end%a == 0 {
+		return n
+	}
+	if down := end / a * a; down > pos {
+		return down - pos
+	}
+	return min((pos/a+1)*a, promptEnd, pos+rest) - pos
+}
+
 // minTwinBlocks is the fewest shared blocks worth waiting for.
 const minTwinBlocks = 4
 
@@ -347,7 +373,13 @@ func (e *Engine) admit(st *sched, r *stepReq) (bool, error) {
 		if need := p.BlocksFor(len(r.tokens) + 1); need > p.Blocks() {
 			return false, openai.Unavailable("sequence of %d tokens needs %d KV blocks; the pool has %d", len(r.tokens), need, p.Blocks())
 		}
-		n, err := s.cache.Attach(r.tokens)
+		attach := r.tokens
+		if p.NeedsSnapshots() && s.promptEnd > 0 && len(attach) > s.promptEnd+1 {
+			// hybrid: a resume attaches prompt positions only; the
+			// state past them would not be its own decode steps' bits.
+			attach = attach[:s.promptEnd+1]
+		}
+		n, err := s.cache.Attach(attach)
 		if err != nil {
 			return false, err
 		}
@@ -363,10 +395,15 @@ func (e *Engine) admit(st *sched, r *stepReq) (bool, error) {
 		}
 		if r.first && p.NeedsSnapshots() {
 			// Hybrid models resume only at snapshots: take one at the
-			// last block boundary before the prompt's last token.
-			bs := p.BlockSize()
-			if at := (len(r.tokens) - 1) / bs * bs; at > n {
-				s.snapAt = at
+			// last multiple of SnapshotStride before the prompt's last
+			// token (a resume's generated tokens excluded), where the
+			// recurrent state does not depend on the prompt's chunking.
+			end := len(r.tokens) - 1
+			if s.promptEnd > 0 {
+				end = min(end, s.promptEnd)
+			}
+			if stride := p.SnapshotStride(); end/stride*stride > n {
+				s.snapAt = end / stride * stride
 			}
 		}
 	}

@@ -62,7 +62,10 @@ type Config struct {
 	// 0 means the model's max_position_embeddings.
 	MaxContext int
 	// PrefillChunk is the most prompt tokens one sequence puts into one
-	// batched forward pass.
+	// batched forward pass. Hybrid models (recurrent layers) end prompt
+	// chunks only at multiples of engine.DeltaNetChunk or at the prompt end
+	// (so that a resume reproduces the same bits), which may take a chunk,
+	// and so a pass (MaxBatchTokens), past these bounds by under 64 tokens.
 	PrefillChunk int
 	// MaxBatchTokens bounds the tokens of one forward pass (decode steps
 	// go first, prefill chunks fill the rest), so that prompts arriving

@@ -11,6 +11,7 @@ package synth
 import (
 	"embed"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -47,6 +48,28 @@ func Config(shape string) (*checkpoint.Config, error) {
 		return nil, fmt.Errorf("synthetic shape %q unknown (known: %s)", shape, strings.Join(Shapes(), ", "))
 	}
 	return checkpoint.ParseConfig(shape+".json", data, nil)
+}
+
+// ConfigJSON is the config.json of a known shape as published, with
+// num_hidden_layers (and layer_types) cut to layers when 0 < layers <
+// the shape's: what a checkpoint written from New(c, q, seed, layers)
+// must carry.
+func ConfigJSON(shape string, layers int) ([]byte, error) {
+	data, err := configs.ReadFile("configs/" + shape + ".json")
+	if err != nil {
+		return nil, fmt.Errorf("synthetic shape %q unknown (known: %s)", shape, strings.Join(Shapes(), ", "))
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("synthetic shape %q: %w", shape, err)
+	}
+	if n, ok := m["num_hidden_layers"].(float64); ok && layers > 0 && layers < int(n) {
+		m["num_hidden_layers"] = layers
+		if lt, ok := m["layer_types"].([]any); ok && len(lt) > layers {
+			m["layer_types"] = lt[:layers]
+		}
+	}
+	return json.MarshalIndent(m, "", "  ")
 }
 
 // Quant is the storage format of the generated matrices.

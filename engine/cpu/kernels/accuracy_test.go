@@ -8,6 +8,7 @@ import (
 
 	"github.com/macpool/macpool/engine"
 	_ "github.com/macpool/macpool/engine/cpu"
+	"github.com/macpool/macpool/engine/cpu/kernels"
 	_ "github.com/macpool/macpool/engine/qwen"
 	"github.com/macpool/macpool/internal/reftest"
 )
@@ -136,12 +137,13 @@ func TestKQuantRequantized(t *testing.T) {
 	}
 }
 
-// TestKQuantNative: K-quant fixtures with default options (Q4_K matrices
-// on the VNNI kernels through their exact MLX affine rewrite, Q6_K ones
-// requantized to Q8_0; int8 activations) vs the exact references. Q4_K_M
-// files within the bounds of TestQuantizedActivationsVsLlamaCpp; the
-// all-Q6_K file, wholly requantized, within 2× llama.cpp's error as in
-// TestKQuantRequantized. With ExactMatMul they stay exact.
+// TestKQuantNative: K-quant fixtures with default options (Q4_K, Q5_K and
+// Q6_K matrices on the native packed kernels; int8 activations) vs
+// the exact references, within the bounds of
+// TestQuantizedActivationsVsLlamaCpp (the all-Q6_K file too: 1.25×
+// llama.cpp's error; the AVX2 kernels give the same bits as the VNNI ones).
+// Without either they are requantized to Q8_0 at load
+// (TestKQuantRequantized's bound). With ExactMatMul they stay exact.
 func TestKQuantNative(t *testing.T) {
 	dir := filepath.Join(testdata, "gguf")
 	ref := reftest.ReadRef(t, dir)
@@ -154,10 +156,18 @@ func TestKQuantNative(t *testing.T) {
 		exact := reftest.MaxRelL2(reftest.Logits(t, filepath.Join(dir, name+".gguf"), ref.InputIDs, engine.Options{Threads: 2, ExactMatMul: true}), want, vocab)
 		t.Logf("%s: rel-L2 max %.3g median %.3g, exact path %.3g (llama.cpp max %.3g)", name, got, med, exact, llama)
 		bound := 1.25 * llama
+		moe := strings.HasPrefix(name, "qwen3moe")
 		switch {
-		case strings.HasPrefix(name, "qwen3moe"):
+		case moe && !kernels.KQuantPacked():
+			// Requantized to Q8_0 (no VNNI or AVX2, below): expert choices
+			// flip on this tiny random model (max 0.8 measured), so the
+			// median position is bounded, as for MLX MoE.
+			got, bound = med, 0.05
+		case moe:
 			bound = max(2*llama, 0.05)
-		case strings.HasSuffix(name, "q6_k"):
+		case !kernels.KQuantPacked():
+			// No native K-quant kernels (no VNNI or AVX2): requantized to
+			// Q8_0 at load, the bound of TestKQuantRequantized.
 			bound = 2 * llama
 		}
 		if got > bound {

@@ -7,6 +7,8 @@ package kernels
 // (same accumulator chains, FMA order and final combination for every
 // column), which keeps generated positions batch invariant.
 
+import "unsafe"
+
 // AxpysF32x2 is AxpysF32(acc0, p0, v, stride, n) and AxpysF32(acc1, p1, v,
 // stride, n), bit for bit; len(acc0) == len(acc1).
 func AxpysF32x2(acc0, acc1, p0, p1, v []float32, stride, n int) {
@@ -31,6 +33,14 @@ func AxpysF32x2(acc0, acc1, p0, p1, v []float32, stride, n int) {
 // AxpysF16x2 is AxpysF16(acc0, p0, v, stride, n) and AxpysF16(acc1, p1, v,
 // stride, n), bit for bit; len(acc0) == len(acc1).
 func AxpysF16x2(acc0, acc1, p0, p1 []float32, v []uint16, stride, n int) {
+	AxpysF16x2Next(acc0, acc1, p0, p1, v, nil, stride, n)
+}
+
+// AxpysF16x2Next is AxpysF16x2 (the same bits) that also asks for next
+// into the cache while it sums v: next is laid out as v (the same rows of
+// the following KV block; nil for none) and only read by prefetches, which
+// never fault, so it needs no particular length.
+func AxpysF16x2Next(acc0, acc1, p0, p1 []float32, v, next []uint16, stride, n int) {
 	if len(acc0) != len(acc1) {
 		panic("kernels: AxpysF16x2 rows of different lengths")
 	}
@@ -39,7 +49,11 @@ func AxpysF16x2(acc0, acc1, p0, p1 []float32, v []uint16, stride, n int) {
 	}
 	p0, p1 = p0[:n], p1[:n]
 	_ = v[(n-1)*stride+len(acc0)-1]
-	c := axpysF16x2Fast(acc0, acc1, p0, p1, v, stride, n)
+	pf := 0
+	if len(next) > 0 {
+		pf = int(uintptr(unsafe.Pointer(&next[0])) - uintptr(unsafe.Pointer(&v[0])))
+	}
+	c := axpysF16x2Fast(acc0, acc1, p0, p1, v, stride, n, pf)
 	if c == len(acc0) {
 		return
 	}

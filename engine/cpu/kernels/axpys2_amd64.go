@@ -24,16 +24,19 @@ func axpysF32x2Fast(acc0, acc1, p0, p1, v []float32, stride, n int) int {
 }
 
 // axpysF16x2Fast is axpysF32x2Fast over f16 values (as axpysF16Fast).
-func axpysF16x2Fast(acc0, acc1, p0, p1 []float32, v []uint16, stride, n int) int {
+// The 128- and 32-wide kernels also prefetch the lines they read shifted
+// by pf bytes (the next KV block's; 0: their own lines): a hint that
+// changes no result.
+func axpysF16x2Fast(acc0, acc1, p0, p1 []float32, v []uint16, stride, n, pf int) int {
 	if !useAVX512F {
 		return 0
 	}
 	c := 0
 	for ; c+128 <= len(acc0); c += 128 {
-		axpys128x2F16AVX512(&acc0[c], &acc1[c], &p0[0], &p1[0], &v[c], 2*stride, n)
+		axpys128x2F16AVX512(&acc0[c], &acc1[c], &p0[0], &p1[0], &v[c], 2*stride, n, pf)
 	}
 	for ; c+32 <= len(acc0); c += 32 {
-		axpys32x2F16AVX512(&acc0[c], &acc1[c], &p0[0], &p1[0], &v[c], 2*stride, n)
+		axpys32x2F16AVX512(&acc0[c], &acc1[c], &p0[0], &p1[0], &v[c], 2*stride, n, pf)
 	}
 	for ; c+16 <= len(acc0); c += 16 {
 		axpys16x2F16AVX512(&acc0[c], &acc1[c], &p0[0], &p1[0], &v[c], 2*stride, n)
@@ -51,10 +54,10 @@ func axpys16x2AVX512(acc0, acc1, p0, p1, v *float32, strideBytes, n int)
 func axpys32x2AVX512(acc0, acc1, p0, p1, v *float32, strideBytes, n int)
 
 //go:noescape
-func axpys32x2F16AVX512(acc0, acc1, p0, p1 *float32, v *uint16, strideBytes, n int)
+func axpys32x2F16AVX512(acc0, acc1, p0, p1 *float32, v *uint16, strideBytes, n, pf int)
 
 //go:noescape
-func axpys128x2F16AVX512(acc0, acc1, p0, p1 *float32, v *uint16, strideBytes, n int)
+func axpys128x2F16AVX512(acc0, acc1, p0, p1 *float32, v *uint16, strideBytes, n, pf int)
 
 //go:noescape
 func axpys16x2F16AVX512(acc0, acc1, p0, p1 *float32, v *uint16, strideBytes, n int)

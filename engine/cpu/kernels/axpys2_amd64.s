@@ -6,6 +6,17 @@
 // both rows. Every column of each row keeps exactly the one-row kernel's
 // accumulator chains, FMA order and final combination, so the results are
 // bit-identical to two one-row calls (TestAxpys2MatchesOneRow).
+//
+// The 128- and 32-wide f16 kernels take a byte offset pf and issue a
+// PREFETCHT0 for every line they read, shifted by pf: the caller points it
+// at the same rows of the next KV block, so those lines come from DRAM
+// while this block is summed. Decode attention streams the whole cache
+// once per step, and one head's rows are short runs (K: 8 KB, V: 256 bytes
+// at a 2 KB stride) that the hardware prefetchers do not follow; this
+// took ~30% off the f16 decode attention's CPU time (docs/notes/kernels.md,
+// "attn (session 3)"). With pf 0 they touch their own lines. The float32
+// kernels gained nothing from it (their 512-byte V rows stream well
+// enough) and have none.
 
 // func axpys128x2AVX512(acc0, acc1, p0, p1 *float32, v *float32, strideBytes, n int)
 // acc_r[0:128] += Σ_j p_r[j]·v[j·stride : j·stride+128] for r = 0, 1 (n > 0):
@@ -168,10 +179,10 @@ ax16x2done:
 	VZEROUPPER
 	RET
 
-// func axpys128x2F16AVX512(acc0, acc1, p0, p1 *float32, v *uint16, strideBytes, n int)
+// func axpys128x2F16AVX512(acc0, acc1, p0, p1 *float32, v *uint16, strideBytes, n, pf int)
 // acc_r[0:128] += Σ_j p_r[j]·v[j·stride : j·stride+128] for r = 0, 1 (n > 0):
 // one FMA chain per column, as axpys128F16AVX512.
-TEXT ·axpys128x2F16AVX512(SB), NOSPLIT, $0-56
+TEXT ·axpys128x2F16AVX512(SB), NOSPLIT, $0-64
 	MOVQ acc0+0(FP), DX
 	MOVQ acc1+8(FP), BX
 	MOVQ p0+16(FP), SI
@@ -179,6 +190,7 @@ TEXT ·axpys128x2F16AVX512(SB), NOSPLIT, $0-56
 	MOVQ v+32(FP), DI
 	MOVQ strideBytes+40(FP), R8
 	MOVQ n+48(FP), CX
+	MOVQ pf+56(FP), R11
 	VMOVUPS 0(DX), Z0
 	VMOVUPS 64(DX), Z1
 	VMOVUPS 128(DX), Z2
@@ -197,6 +209,10 @@ TEXT ·axpys128x2F16AVX512(SB), NOSPLIT, $0-56
 	VMOVUPS 448(BX), Z23
 
 ax128x2f16loop:
+	PREFETCHT0 (DI)(R11*1)
+	PREFETCHT0 64(DI)(R11*1)
+	PREFETCHT0 128(DI)(R11*1)
+	PREFETCHT0 192(DI)(R11*1)
 	VBROADCASTSS (SI), Z8
 	VBROADCASTSS (R9), Z9
 	VCVTPH2PS 0(DI), Z24
@@ -461,11 +477,11 @@ ax32x2done:
 	VZEROUPPER
 	RET
 
-// func axpys32x2F16AVX512(acc0, acc1, p0, p1 *float32, v *uint16, strideBytes, n int)
+// func axpys32x2F16AVX512(acc0, acc1, p0, p1 *float32, v *uint16, strideBytes, n, pf int)
 // Two 16-column blocks of axpys16x2F16AVX512 in one pass (the scores of
 // a 32-position KV block): each block keeps its own four chains per row,
 // as two one-row axpys16F16AVX512 calls; p is broadcast by the FMAs.
-TEXT ·axpys32x2F16AVX512(SB), NOSPLIT, $0-56
+TEXT ·axpys32x2F16AVX512(SB), NOSPLIT, $0-64
 	MOVQ    acc0+0(FP), DX
 	MOVQ    acc1+8(FP), BX
 	MOVQ    p0+16(FP), SI
@@ -473,6 +489,7 @@ TEXT ·axpys32x2F16AVX512(SB), NOSPLIT, $0-56
 	MOVQ    v+32(FP), DI
 	MOVQ    strideBytes+40(FP), R8
 	MOVQ    n+48(FP), CX
+	MOVQ    pf+56(FP), R11
 	VMOVUPS (DX), Z0
 	VMOVUPS 64(DX), Z4
 	VMOVUPS (BX), Z8
@@ -496,15 +513,19 @@ TEXT ·axpys32x2F16AVX512(SB), NOSPLIT, $0-56
 ax32x2f16loop4:
 	VCVTPH2PS (DI), Z16
 	VCVTPH2PS 32(DI), Z20
+	PREFETCHT0 (DI)(R11*1)
 	ADDQ R8, DI
 	VCVTPH2PS (DI), Z17
 	VCVTPH2PS 32(DI), Z21
+	PREFETCHT0 (DI)(R11*1)
 	ADDQ R8, DI
 	VCVTPH2PS (DI), Z18
 	VCVTPH2PS 32(DI), Z22
+	PREFETCHT0 (DI)(R11*1)
 	ADDQ R8, DI
 	VCVTPH2PS (DI), Z19
 	VCVTPH2PS 32(DI), Z23
+	PREFETCHT0 (DI)(R11*1)
 	ADDQ R8, DI
 	VFMADD231PS.BCST 0(SI), Z16, Z0
 	VFMADD231PS.BCST 0(SI), Z20, Z4
@@ -545,6 +566,7 @@ ax32x2f16tail:
 
 ax32x2f16loop:
 	VCVTPH2PS (DI), Z16
+	PREFETCHT0 (DI)(R11*1)
 	VCVTPH2PS 32(DI), Z20
 	VFMADD231PS.BCST (SI), Z16, Z0
 	VFMADD231PS.BCST (SI), Z20, Z4

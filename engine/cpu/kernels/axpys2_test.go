@@ -64,9 +64,47 @@ func TestAxpys2MatchesOneRow(t *testing.T) {
 			AxpysF16(want[1], p[1], v16, tc.stride, tc.n)
 			AxpysF16x2(got[0], got[1], p[0], p[1], v16, tc.stride, tc.n)
 			check("f16", got, want)
+			// The prefetching variant (next: another block's values, or
+			// this one's rows shifted) changes no bit.
+			next := make([]uint16, len(v16))
+			for i := range next {
+				next[i] = uint16(r.Uint32())
+			}
+			got = clone()
+			AxpysF16x2Next(got[0], got[1], p[0], p[1], v16, next, tc.stride, tc.n)
+			check("f16 next", got, want)
+			got = clone()
+			AxpysF16x2Next(got[0], got[1], p[0], p[1], v16, v16[tc.cols/2:], tc.stride, tc.n)
+			check("f16 next shifted", got, want)
 		}
 		im.restore()
 	}
+}
+
+// TestPrefetchF16: the prefetch hint reads no more than its bounds allow
+// (shorter slices panic, as any kernel here), writes nothing, and copes
+// with rows that start anywhere in a cache line.
+func TestPrefetchF16(t *testing.T) {
+	v := make([]uint16, 4096)
+	for i := range v {
+		v[i] = uint16(i)
+	}
+	for _, tc := range []struct{ off, rows, stride, cols int }{
+		{0, 1, 0, 4096}, {1, 31, 128, 128}, {31, 7, 500, 3}, {5, 0, 10, 10}, {5, 3, 10, 0}, {4000, 1, 0, 96},
+	} {
+		PrefetchF16(v[tc.off:], tc.rows, tc.stride, tc.cols)
+	}
+	for i := range v {
+		if v[i] != uint16(i) {
+			t.Fatalf("v[%d] = %d after prefetches, want %d", i, v[i], i)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("PrefetchF16 past the slice did not panic")
+		}
+	}()
+	PrefetchF16(v[4000:], 2, 64, 64)
 }
 
 // TestAxpysF16TailBits: fewer than 16 columns (the last, partial block of a

@@ -22,11 +22,16 @@ func BenchmarkMatMul(b *testing.B) {
 	for _, f := range formats {
 		cases = append(cases, tc{f.String(), randHost(r, f, N, K)})
 	}
-	cases = append(cases, tc{"MLX4", randMLX(r, 4, 64, N, K)}, tc{"MLX8", randMLX(r, 8, 64, N, K)}, tc{"Q4_K", randQ4K(r, N, K)})
+	cases = append(cases, tc{"MLX4", randMLX(r, 4, 64, N, K)}, tc{"MLX8", randMLX(r, 8, 64, N, K)}, tc{"Q4_K", randQ4K(r, N, K)}, tc{"Q6_K", randQ6K(r, N, K)}, tc{"Q5_K", randQ5K(r, N, K)})
 	for _, c := range cases {
 		prepare := Prepare
-		if c.h.Format == tensor.Q4_K {
+		switch c.h.Format {
+		case tensor.Q4_K:
 			prepare = PrepareQ4K
+		case tensor.Q6_K:
+			prepare = PrepareQ6K
+		case tensor.Q5_K:
+			prepare = PrepareQ5K
 		}
 		m, err := prepare(c.h)
 		if err != nil {

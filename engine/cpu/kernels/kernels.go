@@ -1,6 +1,6 @@
 // Package kernels holds the CPU inner loops of the engine: x·wᵀ for a weight
-// matrix w in its stored format (F32, BF16, F16, Q8_0, Q4_0, MLX affine 4/8
-// bit) and float32 activations x, for one row (decode, matrix–vector) or many
+// matrix w in its stored format (F32, BF16, F16, Q8_0, Q4_0, Q4_K, Q5_K,
+// Q6_K, MLX affine 4/8 bit) and float32 activations x, for one row (decode, matrix–vector) or many
 // (prefill, matrix–matrix), plus the float GEMMs, exp and max of blocked
 // attention. Callers (engine/cpu) split the weight rows over their worker
 // goroutines; a kernel call covers a range of weight rows and every
@@ -77,6 +77,7 @@ type Matrix struct {
 
 	bits, groupSize int  // MLXAffine (mlx.go)
 	headF32         bool // MLXAffine with float32 scales/biases (4-bit: the Q4_K rewrite, kquant.go)
+	kqHeads         int  // Q6_K/Q5_K/Q4_K (layoutQ6K/Q5K/Q4K, kquant*.go): offset of the heads in data
 }
 
 // Prepare wraps h for the kernels. F32, BF16 and F16 are views of h.Data
@@ -138,7 +139,7 @@ func (m *Matrix) Copied() bool { return m.copied }
 // RowAlign is the granularity of the weight-row ranges given to MatMul:
 // ranges must start at a multiple of it (and end at one, or at Rows).
 func (m *Matrix) RowAlign() int {
-	if m.layout == layoutPacked16 {
+	if m.layout != layoutRows {
 		return 16
 	}
 	return 1
@@ -176,6 +177,10 @@ func (m *Matrix) DecodeRow(r int, dst []float32) {
 		for i, v := range m.u16[r*c : (r+1)*c] {
 			dst[i] = tensor.F16ToF32(v)
 		}
+	case m.layout == layoutQ6K:
+		m.unpackQ6KRow(r, dst)
+	case m.layout == layoutQ5K || m.layout == layoutQ4K:
+		m.unpackQ5KRow(r, dst)
 	case m.Format == tensor.MLXAffine:
 		m.unpackMLXRow(r, dst)
 	case m.layout == layoutPacked16:
@@ -197,11 +202,15 @@ type Input struct {
 
 	// Quantized rows (K a multiple of 32): Q[m*K+k], and per block
 	// (m*K/32+b): scale D, S8 = −8·Σq and S128 = −128·Σq (the corrections
-	// of the packed kernels, whose weights are stored unsigned).
+	// of the packed kernels, whose weights are stored unsigned); per 16
+	// values (m*K/16+h): S6 = −32·Σq (packed Q6_K, kquant6.go).
 	Q    []int8
 	D    []float32
 	S8   []int32
 	S128 []int32
+	S6   []int32
+
+	x8 input8 // the rows of the 8-row kernels, interleaved (pack.go; QuantizeRows fills it)
 }
 
 // Reset points in at x [M, K] and sizes the quantized buffers; it does not
@@ -211,6 +220,7 @@ func (in *Input) Reset(x []float32, M, K int) {
 		panic(fmt.Sprintf("kernels: input of %d values for [%d, %d]", len(x), M, K))
 	}
 	in.M, in.K, in.X = M, K, x[:M*K]
+	in.x8.rows, in.x8.m = 0, 0
 	if K%QK != 0 {
 		return
 	}
@@ -222,6 +232,11 @@ func (in *Input) Reset(x []float32, M, K int) {
 		in.D, in.S8, in.S128 = make([]float32, nb), make([]int32, nb), make([]int32, nb)
 	}
 	in.Q, in.D, in.S8, in.S128 = in.Q[:M*K], in.D[:nb], in.S8[:nb], in.S128[:nb]
+	if cap(in.S6) < 2*nb {
+		in.S6 = make([]int32, 2*nb)
+	}
+	in.S6 = in.S6[:2*nb]
+	in.x8.reset(M, K)
 }
 
 // QuantizeRows quantizes rows [r0, r1) of the input (K must be a multiple
@@ -237,7 +252,9 @@ func (in *Input) QuantizeRows(r0, r1 int) {
 		q := in.Q[r*in.K : (r+1)*in.K]
 		b0 := r * nb
 		quantizeRow(x, q, in.D[b0:b0+nb], in.S8[b0:b0+nb], in.S128[b0:b0+nb])
+		halfSums(q, in.S6[2*b0:2*(b0+nb)])
 	}
+	in.x8.fill(in, r0, r1)
 }
 
 // MatMul sets dst[i*ldd+n] = Σ_k x[i,k]·w[n,k] for every input row i and
@@ -257,6 +274,8 @@ func (m *Matrix) MatMul(dst []float32, ldd int, in *Input, n0, n1 int) {
 		panic(fmt.Sprintf("kernels: dst of %d values, need %d", len(dst), need))
 	}
 	switch {
+	case m.layout == layoutQ6K || m.layout == layoutQ5K || m.layout == layoutQ4K:
+		matmulKQ(m, dst, ldd, in, n0, n1)
 	case m.layout == layoutPacked16:
 		matmulPacked(m, dst, ldd, in, n0, n1)
 	case m.data != nil:
@@ -325,6 +344,9 @@ func matmulFloat(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 		if matmulFloatFast(m, dst, ldd, in, n0, n1) {
 			return
 		}
+	}
+	if m.Format == tensor.F16 && matmulF16Fast(m, dst, ldd, in, n0, n1) { // f16w*.go
+		return
 	}
 	var buf []float32
 	if m.Format == tensor.F16 {

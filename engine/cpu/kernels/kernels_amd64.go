@@ -105,13 +105,24 @@ func dotQ4Rows(w []byte, q []int8, d []float32, nb int) float32 {
 
 // packedKernel multiplies ngroups packed groups of w with input rows
 // [i, i+cols) (cols 1 or 4) into dst (row stride ldd floats).
-// Software prefetch distances (bytes) of the one-row (decode) kernels,
-// measured with BenchmarkPrefetchAB on a 2-vCPU Xeon streaming from DRAM
-// (thread CPU time, so other tenants' time slices do not count): Q8_0
-// 9.3 → 10.3 GB/s at 2048, Q4_0 6.9 → 9.1 GB/s at 1024.
+// Software prefetch distances (bytes) of the one-row (decode) kernels: the
+// block that far ahead goes to L1, the one twice as far to L2. Session 1
+// (L1 only, BenchmarkPrefetchAB, 2-vCPU Xeon streaming from DRAM, thread
+// CPU time): Q8_0 9.3 → 10.3 GB/s at 2048, Q4_0 6.9 → 9.1 at 1024.
+// Session 3 (gemm8: 0.45 GB on huge pages, BenchmarkRowsDRAM*): with the
+// L2 prefetch twice as far, Q8_0 13.2 → 15.3 GB/s at 3072, Q4_0 12.8 →
+// 15.5 at 2048-3072.
 const (
-	prefetchQ8 = 2048
-	prefetchQ4 = 1024
+	prefetchQ8 = 3072
+	prefetchQ4 = 3072
+)
+
+// Prefetch distances (bytes) of the ×4 and ×8 kernels, as the one-row
+// ones (variables for the sweeps of BenchmarkRowsDRAMAB: 3072 was the best
+// of 1024-4096 for M = 4 and 8, Q8_0 and Q4_0).
+var (
+	prefetch4Q8, prefetch4Q4 = 3072, 3072
+	prefetch8Q8, prefetch8Q4 = 3072, 3072
 )
 
 func packedKernel(m *Matrix, cols int, w []byte, ngroups int, in *Input, i int, dst []float32, ldd int) {
@@ -141,14 +152,14 @@ func packedKernel(m *Matrix, cols int, w []byte, ngroups int, in *Input, i int, 
 	case m.Format == tensor.Q8_0:
 		xs := &in.S128[i*nb]
 		if cols == 4 {
-			gemmQ8x4VNNI(&w[0], nb, ngroups, xq, xd, xs, K, &dst[0], ldd*4)
+			gemmQ8x4VNNI(&w[0], nb, ngroups, xq, xd, xs, K, &dst[0], ldd*4, prefetch4Q8)
 		} else {
 			gemmQ8x1VNNI(&w[0], nb, ngroups, xq, xd, xs, &dst[0], prefetchQ8)
 		}
 	default:
 		xs := &in.S8[i*nb]
 		if cols == 4 {
-			gemmQ4x4VNNI(&w[0], nb, ngroups, xq, xd, xs, K, &dst[0], ldd*4)
+			gemmQ4x4VNNI(&w[0], nb, ngroups, xq, xd, xs, K, &dst[0], ldd*4, prefetch4Q4)
 		} else {
 			gemmQ4x1VNNI(&w[0], nb, ngroups, xq, xd, xs, &dst[0], prefetchQ4)
 		}
@@ -264,10 +275,10 @@ func dotQ4RowsAVX2(w *byte, q *int8, d *float32, nb int) float32
 func quantizeQ8AVX512(x *float32, nb int, q *int8, d *float32, s8, s128 *int32)
 
 //go:noescape
-func gemmQ8x4VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes int)
+func gemmQ8x4VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes, pf int)
 
 //go:noescape
-func gemmQ4x4VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes int)
+func gemmQ4x4VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes, pf int)
 
 //go:noescape
 func gemmNN8x32(a *float32, lda int, b *float32, ldb, k int, dst *float32, ldd, cols int)
@@ -284,24 +295,42 @@ func gemmQ8x1VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, ds
 //go:noescape
 func gemmQ4x1VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, pf int)
 
-// packedKernel8 multiplies ngroups packed Q8_0/Q4_0 groups of w with the 8
-// interleaved rows [i, i+8) of x8 into dst (row stride ldd floats).
+// packedKernel8 multiplies ngroups packed Q8_0/Q4_0 groups of w with the
+// interleaved rows [i, i+8) of x8 into dst (row stride ldd floats): rows at
+// or past x8.m (padding) are not stored; a group of 5-8 real rows takes the
+// 8-row kernel, one of 2-4 the interleaved 4-row one.
 func packedKernel8(m *Matrix, w []byte, ngroups int, x8 *input8, i int, dst []float32, ldd int) {
 	nb := x8.nb
+	rows := min(8, x8.m-i)
+	if rows < 2 {
+		panic("kernels: interleaved kernels for fewer than 2 rows")
+	}
 	_ = w[ngroups*m.groupStride()-1]
-	_ = dst[7*ldd+ngroups*packRows-1]
+	_ = dst[(rows-1)*ldd+ngroups*packRows-1]
 	o := i / 8 * nb * 8 // first (block, row) entry of the row group
 	_ = x8.q[(o+nb*8)*QK-1]
-	xq, xd, xs := &x8.q[o*QK], &x8.d[o], &x8.s[o]
-	if m.Format == tensor.Q8_0 {
-		gemmQ8x8VNNI(&w[0], nb, ngroups, xq, xd, xs, &dst[0], ldd*4)
-	} else {
-		gemmQ4x8VNNI(&w[0], nb, ngroups, xq, xd, xs, &dst[0], ldd*4)
+	_, _ = x8.s128[o+nb*8-1], x8.s8[o+nb*8-1]
+	xq, xd := &x8.q[o*QK], &x8.d[o]
+	switch {
+	case m.Format == tensor.Q8_0 && rows >= 5:
+		gemmQ8x8VNNI(&w[0], nb, ngroups, xq, xd, &x8.s128[o], &dst[0], ldd*4, prefetch8Q8, rows)
+	case m.Format == tensor.Q8_0:
+		gemmQ8x4iVNNI(&w[0], nb, ngroups, xq, xd, &x8.s128[o], &dst[0], ldd*4, prefetch4Q8, rows)
+	case rows >= 5:
+		gemmQ4x8VNNI(&w[0], nb, ngroups, xq, xd, &x8.s8[o], &dst[0], ldd*4, prefetch8Q4, rows)
+	default:
+		gemmQ4x4iVNNI(&w[0], nb, ngroups, xq, xd, &x8.s8[o], &dst[0], ldd*4, prefetch4Q4, rows)
 	}
 }
 
 //go:noescape
-func gemmQ8x8VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes int)
+func gemmQ8x8VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes, pf, rows int)
 
 //go:noescape
-func gemmQ4x8VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes int)
+func gemmQ4x8VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes, pf, rows int)
+
+//go:noescape
+func gemmQ8x4iVNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes, pf, rows int)
+
+//go:noescape
+func gemmQ4x4iVNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes, pf, rows int)

@@ -1,15 +1,15 @@
 package kernels
 
-// Q4_K on the MLX affine VNNI kernels (owner: kernels). A Q4_K row is, per
-// 32 values, w = (d·sc)·q − dmin·m with 4-bit codes q: an affine group of
-// 32 with scale d·sc and bias −dmin·m. PrepareQ4K rewrites it as an MLX
-// affine 4-bit matrix of group 32 with float32 scales and biases (exact:
-// the same float32 operations as ggml's dequantize_row_q4_K, so the row
-// values are bit-identical) and packs that for the VNNI kernels with
-// float32 heads: 6 bits per weight instead of Q4_K's 4.5 (requantizing to
-// Q8_0 costs 8.5 and adds rounding), at the 4-bit kernels' speed. (bf16
-// scales, 5 bits per weight, were tried: their rounding alone moved the
-// tiny fixture's logits by 0.037 rel-L2.)
+// Q4_K (owner: kquant since session 3). A Q4_K row is, per 32 values,
+// w = (d·sc)·q − dmin·m with 4-bit codes q: an affine group of 32 with
+// scale d·sc and bias −dmin·m. PrepareQ4K packs it natively (kquant5.go's
+// layout without the fifth bit: 4.6 bits per weight, Q4_K's 4.5).
+// Session 2 rewrote it as an MLX affine 4-bit matrix of group 32 with
+// float32 scales and biases (exact: the same float32 operations as ggml's
+// dequantize_row_q4_K, so the row values are bit-identical) on the MLX
+// kernels with float32 heads: 6 bits per weight; that path stays as
+// PrepareQ4KAsMLX. (bf16 scales, 5 bits per weight, were tried: their
+// rounding alone moved the tiny fixture's logits by 0.037 rel-L2.)
 
 import (
 	"encoding/binary"
@@ -20,8 +20,18 @@ import (
 )
 
 // PrepareQ4K packs a Q4_K matrix for the VNNI kernels (ErrUnsupported
-// without VNNI).
-func PrepareQ4K(h *tensor.Host) (*Matrix, error) {
+// without VNNI) in the packed Q5_K layout without the fifth bit
+// (kquant5.go, session 3): 4-bit codes, the super-block's d, dmin and
+// unpacked 6-bit scales and mins, 148 bytes per row and super-block (Q4_K
+// 144). The kernels compute exactly what the MLX rewrite below does on the
+// MLX kernels (scale d·sc, min dmin·m in float32, the same order of
+// operations), at 4.6 instead of 6 bits per weight.
+func PrepareQ4K(h *tensor.Host) (*Matrix, error) { return prepareKQ5(h, tensor.Q4_K) }
+
+// PrepareQ4KAsMLX packs a Q4_K matrix through its MLX affine rewrite
+// (Q4KAsMLX) on the MLX kernels with float32 heads: the session-2 path,
+// kept for comparison (6 bits per weight).
+func PrepareQ4KAsMLX(h *tensor.Host) (*Matrix, error) {
 	mh, err := Q4KAsMLX(h)
 	if err != nil {
 		return nil, err

@@ -25,9 +25,10 @@ func randQ4K(r *rand.Rand, rows, cols int) *tensor.Host {
 }
 
 // TestQ4KAsMLX: the MLX rewrite of a Q4_K matrix decodes bit-exactly to
-// the Q4_K values; the packed matrix multiplies as the Go reference over
-// that MLX matrix (1e-5·Σ|terms|) for 1..9 activation rows and a partial
-// row group, and decodes its rows bit-exactly.
+// the Q4_K values; the packed matrix (PrepareQ4KAsMLX) multiplies as the Go
+// reference over that MLX matrix (1e-5·Σ|terms|) for 1..9 activation rows
+// and a partial row group, and decodes its rows bit-exactly; the native
+// Q4_K matrix (PrepareQ4K) gives the same bits.
 func TestQ4KAsMLX(t *testing.T) {
 	if !usePacked() {
 		t.Skip("Q4_K packing needs AVX-512 VNNI; without it the backend keeps the row decoder (tested by engine/cpu)")
@@ -53,7 +54,7 @@ func TestQ4KAsMLX(t *testing.T) {
 			}
 		}
 	}
-	m, err := PrepareQ4K(h)
+	m, err := PrepareQ4KAsMLX(h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +83,18 @@ func TestQ4KAsMLX(t *testing.T) {
 		for i := range out {
 			if d := math.Abs(float64(out[i] - ref[i])); !(d <= 1e-5*float64(abs[i])) {
 				t.Fatalf("M=%d out[%d] = %g, want %g", M, i, out[i], ref[i])
+			}
+		}
+		native, err := PrepareQ4K(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, M*rows)
+		native.MatMul(got, rows, &in, 0, 16)
+		native.MatMul(got, rows, &in, 16, rows)
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(out[i]) {
+				t.Fatalf("M=%d out[%d]: native Q4_K %g, MLX rewrite %g", M, i, got[i], out[i])
 			}
 		}
 	}

@@ -46,7 +46,7 @@ func pack(f tensor.Format, src []byte, rows, nb int) []byte {
 	if f == tensor.Q4_0 {
 		sb = BlockQ4_0
 	}
-	out := make([]byte, groups*nb*pb)
+	out := allocPacked(groups * nb * pb)
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(src)>>20)) // ≥ 1 MiB each
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -136,26 +136,23 @@ func (m *Matrix) groupStride() int {
 
 // matmulPacked drives the packed kernels: weight groups in chunks that stay
 // in cache while every activation row passes over them, 8 rows at a time
-// (Q8_0/Q4_0: batched decode reads each weight chunk once for 8 rows), then
-// 4, then 1.
+// (Q8_0/Q4_0: batched decode reads each weight chunk once for 8 rows; a
+// last group of 2-7 rows too, padded: packedKernel8), then 4, then 1.
 func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 	g0, g1 := n0/packRows, (n1+packRows-1)/packRows
 	full := n1 / packRows // groups whose 16 rows are all wanted
 	// Chunk of groups: ~128 KiB of weights.
 	gc := max(1, (128<<10)/m.groupStride())
 	var tmp [packRows * 8]float32
-	var x8 *input8
 	m8 := 0
-	if use8Rows && m.Format != tensor.MLXAffine && in.M >= 8 {
-		x8 = input8s.Get().(*input8)
-		defer input8s.Put(x8)
-		m8 = x8.interleave(in, m.Format)
+	if use8Rows && m.Format != tensor.MLXAffine {
+		m8 = in.x8.rows
 	}
 	for c0 := g0; c0 < g1; c0 += gc {
 		c1 := min(g1, c0+gc)
 		i := 0
 		for ; i < m8; i += 8 {
-			packedTile8(m, dst, ldd, x8, i, c0, c1, full, tmp[:])
+			packedTile8(m, dst, ldd, &in.x8, i, c0, c1, full, tmp[:])
 		}
 		for ; i+4 <= in.M; i += 4 {
 			packedTile(m, dst, ldd, in, i, 4, c0, c1, full, tmp[:])
@@ -169,42 +166,74 @@ func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 // use8Rows enables the 8-row kernels (a variable for A/B benchmarks).
 var use8Rows = true
 
-// input8 holds the quantized activation rows [0, M&^7) of an Input
-// interleaved block-major per group of 8 rows, as the 8-row kernels read
-// them: for row group j, block b, row r: quants q[((j*nb+b)*8+r)*32:][:32],
-// scale d[(j*nb+b)*8+r], offset correction s[(j*nb+b)*8+r].
+// A last group of M%8 rows is padded to 8 in input8: for the 8-row
+// kernels when M%8 ≥ pad8From (5..7), for the interleaved 4-row ones when
+// pad4From ≤ M%8 ≤ 4; other remainders go through the row-major 4- and
+// 1-row kernels. One pass over the weights instead of two or three
+// (variables for A/B benchmarks).
+var pad8From, pad4From = 5, 2
+
+// hugePages enables allocPacked's huge-page slabs (Linux only).
+var hugePages = true
+
+// SetHugePages chooses whether matrices packed from now on are put on
+// transparent huge pages (Linux, on by default: decode streams weights
+// ~1.3-1.6× faster; loading takes longer, see hugepage_linux.go). Not to be
+// called while matrices are being prepared.
+func SetHugePages(on bool) { hugePages = on }
+
+// input8 holds the quantized activation rows of an Input that the
+// interleaved kernels take (the first M&^7 rows, or M rounded up to 8 when
+// the last M%8 rows are padded, see pad8From: the padding rows are zero), interleaved
+// block-major per group of 8 rows, as those kernels read them: for row group j, block b,
+// row r: quants q[((j*nb+b)*8+r)*32:][:32], scale d[(j*nb+b)*8+r], offset
+// corrections s128/s8[(j*nb+b)*8+r] (Q8_0 / Q4_0 weights). Built once per
+// Input by QuantizeRows (each row where it belongs, so the parallel
+// quantization of disjoint rows fills it too), not per MatMul call.
 type input8 struct {
-	nb int
-	q  []int8
-	d  []float32
-	s  []int32
+	rows, m, nb int // rows held (multiple of 8), real rows among them, blocks per row
+	q           []int8
+	d           []float32
+	s128, s8    []int32
 }
 
-var input8s = sync.Pool{New: func() any { return new(input8) }}
-
-// interleave fills x8 from in for weights of format f (Q8_0: S128, Q4_0:
-// S8 corrections) and returns the number of rows it holds.
-func (x8 *input8) interleave(in *Input, f tensor.Format) int {
-	m8, nb := in.M&^7, in.K/QK
-	x8.nb = nb
-	if cap(x8.q) < m8*in.K {
-		x8.q, x8.d, x8.s = make([]int8, m8*in.K), make([]float32, m8*nb), make([]int32, m8*nb)
+// reset sizes x8 for an input of M rows of K values (K%32 == 0) and zeroes
+// the padding rows.
+func (x8 *input8) reset(M, K int) {
+	nb := K / QK
+	rows := M &^ 7
+	if rem := M % 8; rem >= pad8From || rem >= pad4From && rem <= 4 {
+		rows += 8
 	}
-	x8.q, x8.d, x8.s = x8.q[:m8*in.K], x8.d[:m8*nb], x8.s[:m8*nb]
-	corr := in.S128
-	if f == tensor.Q4_0 {
-		corr = in.S8
+	x8.rows, x8.m, x8.nb = rows, min(M, rows), nb
+	if cap(x8.q) < rows*K || cap(x8.d) < rows*nb {
+		x8.q, x8.d = make([]int8, rows*K), make([]float32, rows*nb)
+		x8.s128, x8.s8 = make([]int32, rows*nb), make([]int32, rows*nb)
 	}
-	for row := range m8 {
+	x8.q, x8.d, x8.s128, x8.s8 = x8.q[:rows*K], x8.d[:rows*nb], x8.s128[:rows*nb], x8.s8[:rows*nb]
+	for row := M; row < rows; row++ {
 		j, r := row/8, row%8
 		for b := range nb {
 			o := (j*nb+b)*8 + r
-			copy(x8.q[o*QK:(o+1)*QK], in.Q[row*in.K+b*QK:row*in.K+(b+1)*QK])
-			x8.d[o] = in.D[row*nb+b]
-			x8.s[o] = corr[row*nb+b]
+			clear(x8.q[o*QK : (o+1)*QK])
+			x8.d[o], x8.s128[o], x8.s8[o] = 0, 0, 0
 		}
 	}
-	return m8
+}
+
+// fill copies the quantized rows [r0, r1) of in into x8 (the rows it holds).
+func (x8 *input8) fill(in *Input, r0, r1 int) {
+	nb := x8.nb
+	for row := r0; row < min(r1, x8.m); row++ {
+		j, r := row/8, row%8
+		q := in.Q[row*in.K : (row+1)*in.K]
+		d, s128, s8 := in.D[row*nb:(row+1)*nb], in.S128[row*nb:(row+1)*nb], in.S8[row*nb:(row+1)*nb]
+		for b := range nb {
+			o := (j*nb+b)*8 + r
+			copy(x8.q[o*QK:(o+1)*QK], q[b*QK:(b+1)*QK])
+			x8.d[o], x8.s128[o], x8.s8[o] = d[b], s128[b], s8[b]
+		}
+	}
 }
 
 // packedTile runs the kernel for activation rows [i, i+cols) over weight
@@ -224,7 +253,8 @@ func packedTile(m *Matrix, dst []float32, ldd int, in *Input, i, cols, c0, c1, f
 	}
 }
 
-// packedTile8 is packedTile for the 8 rows [i, i+8) of x8.
+// packedTile8 is packedTile for the 8 rows [i, i+8) of x8 (those below
+// x8.m: a padded last group stores only its real rows).
 func packedTile8(m *Matrix, dst []float32, ldd int, x8 *input8, i, c0, c1, full int, tmp []float32) {
 	gs := m.groupStride()
 	if end := min(c1, full); end > c0 {
@@ -234,7 +264,7 @@ func packedTile8(m *Matrix, dst []float32, ldd int, x8 *input8, i, c0, c1, full 
 		g := c1 - 1
 		packedKernel8(m, m.data[g*gs:], 1, x8, i, tmp, packRows)
 		rows := m.Rows - g*packRows
-		for c := range 8 {
+		for c := range min(8, x8.m-i) {
 			copy(dst[(i+c)*ldd+g*packRows:(i+c)*ldd+g*packRows+rows], tmp[c*packRows:c*packRows+rows])
 		}
 	}

@@ -9,6 +9,7 @@
 //   R8   x quants of row 0 at the current block, R9 row stride (bytes), R10 row 3
 //   R11  x scales of row 0, R12 row stride of scales/sums (bytes), R13 row 3
 //   BX   x corrections (−off·Σq) of row 0, R14 row 3
+//   R15  software prefetch distance of the ×4 kernels (bytes ahead of SI, > 0)
 //   Z0-Z7 weight chunks (16 rows × 4 values each), Z8 the 16 row scales
 //   Z16-Z19 int32 block sums, Z20-Z23 scale products, Z24-Z27 float sums
 
@@ -52,19 +53,38 @@
 	VPDPBUSD.BCST off(R8)(R9*2), Z, Z18;  \
 	VPDPBUSD.BCST off(R10), Z, Z19
 
-#define BLOCK4 \
+// Software prefetch of line off of the block R15 bytes ahead into L1 and
+// of the block 2·R15 ahead into L2 (as the ×8 kernels: vnni8_amd64.s).
+#define PFX4(off) \
+	PREFETCHT0 off(SI)(R15*1); \
+	PREFETCHT2 off(SI)(R15*2)
+
+#define NOPFX4(off)
+
+// BLOCK4(PF4, PF8): lines 0-256 of the block ahead always, 320-448
+// through PF4, 512 through PF8 (PFX4 for Q8, NOPFX4 for Q4).
+#define BLOCK4(PF4, PF8) \
 	VPBROADCASTD (BX), Z16;         \
 	VPBROADCASTD (BX)(R12*1), Z17;  \
 	VPBROADCASTD (BX)(R12*2), Z18;  \
 	VPBROADCASTD (R14), Z19;        \
+	PFX4(0);                        \
 	DOT4(0, Z0);                    \
+	PFX4(64);                       \
 	DOT4(4, Z1);                    \
+	PFX4(128);                      \
 	DOT4(8, Z2);                    \
+	PFX4(192);                      \
 	DOT4(12, Z3);                   \
+	PFX4(256);                      \
 	DOT4(16, Z4);                   \
+	PF4(320);                       \
 	DOT4(20, Z5);                   \
+	PF4(384);                       \
 	DOT4(24, Z6);                   \
+	PF4(448);                       \
 	DOT4(28, Z7);                   \
+	PF8(512);                       \
 	VCVTDQ2PS Z16, Z16;             \
 	VCVTDQ2PS Z17, Z17;             \
 	VCVTDQ2PS Z18, Z18;             \
@@ -92,7 +112,8 @@
 	MOVQ lddBytes+64(FP), DX;  \
 	MOVQ kstride+48(FP), R9;   \
 	MOVQ nb+8(FP), R12;        \
-	SHLQ $2, R12
+	SHLQ $2, R12;              \
+	MOVQ pf+72(FP), R15
 
 #define GROUP4 \
 	VXORPS Z24, Z24, Z24;          \
@@ -118,8 +139,8 @@
 	VMOVUPS Z27, (CX)(DX*1);  \
 	ADDQ    $64, DI
 
-// func gemmQ8x4VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes int)
-TEXT ·gemmQ8x4VNNI(SB), NOSPLIT, $0-72
+// func gemmQ8x4VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes, pf int)
+TEXT ·gemmQ8x4VNNI(SB), NOSPLIT, $0-80
 	PROLOGUE4
 
 q8x4group:
@@ -127,7 +148,7 @@ q8x4group:
 
 q8x4block:
 	LOADQ8
-	BLOCK4
+	BLOCK4(PFX4, PFX4)
 	ADDQ $544, SI
 	DECQ CX
 	JNZ  q8x4block
@@ -137,8 +158,8 @@ q8x4block:
 	VZEROUPPER
 	RET
 
-// func gemmQ4x4VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes int)
-TEXT ·gemmQ4x4VNNI(SB), NOSPLIT, $0-72
+// func gemmQ4x4VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes, pf int)
+TEXT ·gemmQ4x4VNNI(SB), NOSPLIT, $0-80
 	PROLOGUE4
 	MOVL         $0x0f0f0f0f, CX
 	VPBROADCASTD CX, Z9
@@ -148,7 +169,7 @@ q4x4group:
 
 q4x4block:
 	LOADQ4
-	BLOCK4
+	BLOCK4(NOPFX4, NOPFX4)
 	ADDQ $288, SI
 	DECQ CX
 	JNZ  q4x4block
@@ -409,26 +430,43 @@ axpys16done:
 	VZEROUPPER
 	RET
 
-// Software prefetch of one block, DX bytes ahead of SI: a single thread
+// Software prefetch of one block DX bytes ahead of SI into L1 (PREFETCHT0)
+// and of the block 2·DX ahead into L2 (PREFETCHT2): a single thread
 // streaming from DRAM needs more lines in flight than the out-of-order
-// window gives a compute-heavy loop.
+// window gives a compute-heavy loop, and the far L2 prefetches add to
+// what the L1 fill buffers hold (0.45 GB of Q8_0 weights, one thread:
+// 13.2 → 15.3 GB/s of thread CPU time with the L2 half, gemm8 session 3).
 #define PFQ8 \
-	PREFETCHT0 (SI)(DX*1);    \
-	PREFETCHT0 64(SI)(DX*1);  \
+	PREFETCHT0 0(SI)(DX*1); \
+	PREFETCHT2 0(SI)(DX*2); \
+	PREFETCHT0 64(SI)(DX*1); \
+	PREFETCHT2 64(SI)(DX*2); \
 	PREFETCHT0 128(SI)(DX*1); \
+	PREFETCHT2 128(SI)(DX*2); \
 	PREFETCHT0 192(SI)(DX*1); \
+	PREFETCHT2 192(SI)(DX*2); \
 	PREFETCHT0 256(SI)(DX*1); \
+	PREFETCHT2 256(SI)(DX*2); \
 	PREFETCHT0 320(SI)(DX*1); \
+	PREFETCHT2 320(SI)(DX*2); \
 	PREFETCHT0 384(SI)(DX*1); \
+	PREFETCHT2 384(SI)(DX*2); \
 	PREFETCHT0 448(SI)(DX*1); \
-	PREFETCHT0 512(SI)(DX*1)
+	PREFETCHT2 448(SI)(DX*2); \
+	PREFETCHT0 512(SI)(DX*1); \
+	PREFETCHT2 512(SI)(DX*2)
 
 #define PFQ4 \
-	PREFETCHT0 (SI)(DX*1);    \
-	PREFETCHT0 64(SI)(DX*1);  \
+	PREFETCHT0 0(SI)(DX*1); \
+	PREFETCHT2 0(SI)(DX*2); \
+	PREFETCHT0 64(SI)(DX*1); \
+	PREFETCHT2 64(SI)(DX*2); \
 	PREFETCHT0 128(SI)(DX*1); \
+	PREFETCHT2 128(SI)(DX*2); \
 	PREFETCHT0 192(SI)(DX*1); \
-	PREFETCHT0 256(SI)(DX*1)
+	PREFETCHT2 192(SI)(DX*2); \
+	PREFETCHT0 256(SI)(DX*1); \
+	PREFETCHT2 256(SI)(DX*2)
 
 // func gemmQ8x1VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, pf int)
 TEXT ·gemmQ8x1VNNI(SB), NOSPLIT, $0-64

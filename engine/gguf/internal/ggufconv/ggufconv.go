@@ -45,6 +45,12 @@ type Options struct {
 	// format (quantize, dequantize): the same weights as a quantized file,
 	// as a reference for it.
 	FakeQuant bool
+	// NoRopeScaling leaves out the rope.scaling.* keys of the config's
+	// rope scaling (a file that must miss a scaled reference).
+	NoRopeScaling bool
+	// MergedGateUp writes gate and up experts as one ffn_gate_up_exps
+	// tensor (newer llama.cpp converters, some MoE models).
+	MergedGateUp bool
 }
 
 // Convert writes the HF checkpoint in dir as a GGUF file at out with its
@@ -61,7 +67,7 @@ func Convert(dir, out string, format tensor.Format, opt Options) error {
 	if err != nil {
 		return err
 	}
-	meta := metadata(arch, c)
+	meta := metadata(arch, c, !opt.NoRopeScaling)
 	f32 := func(name string) ([]float32, []int, error) {
 		h, err := ck.Tensor(name)
 		if err != nil {
@@ -195,21 +201,31 @@ func Convert(dir, out string, format tensor.Format, opt Options) error {
 				return err
 			}
 		}
-		// Qwen2MoeModel: experts stacked into [E, out, in].
-		for _, w := range [][2]string{{"gate_proj", "ffn_gate_exps.weight"}, {"up_proj", "ffn_up_exps.weight"}, {"down_proj", "ffn_down_exps.weight"}} {
+		// Qwen2MoeModel: experts stacked into [E, out, in]; with
+		// MergedGateUp, gate and up in one [E, 2·out, in] (per expert its
+		// gate rows, then its up rows, as llama.cpp's build_moe_ffn splits it).
+		stacks := [][]string{{"gate_proj", "ffn_gate_exps.weight"}, {"up_proj", "ffn_up_exps.weight"}, {"down_proj", "ffn_down_exps.weight"}}
+		if opt.MergedGateUp {
+			stacks = [][]string{{"gate_proj", "ffn_gate_up_exps.weight", "up_proj"}, {"down_proj", "ffn_down_exps.weight"}}
+		}
+		for _, w := range stacks {
 			if c.NumExperts == 0 {
 				break
 			}
 			var all []float32
 			var shape []int
 			for e := 0; e < c.NumExperts; e++ {
-				v, s, err := f32(p + "mlp.experts." + strconv.Itoa(e) + "." + w[0] + ".weight")
-				if err != nil {
-					return err
+				for _, part := range append([]string{w[0]}, w[2:]...) {
+					v, s, err := f32(p + "mlp.experts." + strconv.Itoa(e) + "." + part + ".weight")
+					if err != nil {
+						return err
+					}
+					all, shape = append(all, v...), s
 				}
-				all, shape = append(all, v...), s
 			}
-			if err := add(b+w[1], all, append([]int{c.NumExperts}, shape...)); err != nil {
+			shape = append([]int{c.NumExperts}, shape...)
+			shape[1] *= len(w) - 1
+			if err := add(b+w[1], all, shape); err != nil {
 				return err
 			}
 		}
@@ -220,7 +236,7 @@ func Convert(dir, out string, format tensor.Format, opt Options) error {
 // metadata is what Qwen3NextModel.set_gguf_parameters (with the TextModel and
 // Qwen2MoeModel parts) writes, less the array rope.dimension_sections of
 // Qwen3.5 (gguf.Write stores scalars only; the loader does not read it).
-func metadata(arch string, c *checkpoint.Config) []gguf.Meta {
+func metadata(arch string, c *checkpoint.Config, scaling bool) []gguf.Meta {
 	u := func(v int) uint32 { return uint32(v) }
 	m := []gguf.Meta{
 		{Key: "general.architecture", Value: arch},
@@ -241,6 +257,10 @@ func metadata(arch string, c *checkpoint.Config) []gguf.Meta {
 		{Key: arch + ".ssm.time_step_rank", Value: u(c.LinearNumValueHeads)},
 		{Key: arch + ".ssm.inner_size", Value: u(c.LinearValueHeadDim * c.LinearNumValueHeads)},
 		{Key: arch + ".full_attention_interval", Value: u(4)},
+	}
+	if rs := c.RopeScaling; scaling { // the keys TextModel.set_gguf_parameters writes for linear / yarn
+		m = append(m, gguf.RopeMeta(arch, gguf.RopeScaling{Type: rs.Type, Factor: rs.Factor, OriginalContextLength: rs.OriginalMaxPositionEmbeddings,
+			AttentionFactor: rs.AttentionFactor, BetaFast: rs.BetaFast, BetaSlow: rs.BetaSlow})...)
 	}
 	if c.NumExperts > 0 {
 		m = append(m,
