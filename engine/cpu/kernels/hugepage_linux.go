@@ -54,7 +54,7 @@ func allocPacked(n int) []byte {
 	if len(slab.free) < n64 {
 		size := max(slab.next, slabFirst)
 		slab.next = min(2*size, slabMax)
-		slab.free = hugeBuffer(size)
+		slab.free = hugeBuffer(max(size, n64)) // n64 < ownFrom may exceed a young slab
 	}
 	b := slab.free[:n:n]
 	slab.free = slab.free[n64:]

@@ -168,9 +168,10 @@ var use8Rows = true
 
 // A last group of M%8 rows is padded to 8 in input8: for the 8-row
 // kernels when M%8 ≥ pad8From (5..7), for the interleaved 4-row ones when
-// pad4From ≤ M%8 ≤ 4; other remainders go through the row-major 4- and
-// 1-row kernels. One pass over the weights instead of two or three
-// (variables for A/B benchmarks).
+// pad4From ≤ M%8 ≤ 3; other remainders (4: the row-major 4-row kernel was
+// as fast, 1) go through the row-major 4- and 1-row kernels. One pass over
+// the weights instead of two or three (variables for A/B benchmarks;
+// BenchmarkRowsDRAMPad).
 var pad8From, pad4From = 5, 2
 
 // hugePages enables allocPacked's huge-page slabs (Linux only).
@@ -202,7 +203,7 @@ type input8 struct {
 func (x8 *input8) reset(M, K int) {
 	nb := K / QK
 	rows := M &^ 7
-	if rem := M % 8; rem >= pad8From || rem >= pad4From && rem <= 4 {
+	if rem := M % 8; rem >= pad8From || rem >= pad4From && rem <= 3 {
 		rows += 8
 	}
 	x8.rows, x8.m, x8.nb = rows, min(M, rows), nb

@@ -33,9 +33,9 @@ func QuantizeMatrix(h *tensor.Host, f tensor.Format) (*Matrix, error) {
 	packed := usePacked()
 	if packed {
 		m.layout = layoutPacked16
-		m.data = make([]byte, (rows+packRows-1)/packRows*nb*packBlockBytes(f))
+		m.data = allocPacked((rows + packRows - 1) / packRows * nb * packBlockBytes(f)) // huge pages (gemm8)
 	} else {
-		m.data = make([]byte, rows*nb*sb)
+		m.data = allocPacked(rows * nb * sb)
 	}
 	// Work in whole packed groups so that goroutines write disjoint bytes.
 	groups := (rows + packRows - 1) / packRows
