@@ -117,12 +117,20 @@ func (m *Matrix) packMLXRow(h *tensor.Host, r, ngr, gb, rowBytes int) {
 				continue
 			}
 			lo, hi := src[col0/2:col0/2+8], src[col0/2+8:col0/2+16] // codes k < 16, k ≥ 16
-			for j := range 16 {
-				code := lo[j/2]>>(4*(j%2))&0x0f | (hi[j/2]>>(4*(j%2))&0x0f)<<4
-				q[j/4*packChunkLen+4*lane+j%4] = code
+			for c := range 4 { // codes 4c..4c+3 (low nibbles) and 16+4c.. (high)
+				l := spreadNibbles(binary.LittleEndian.Uint16(lo[2*c:]))
+				u := spreadNibbles(binary.LittleEndian.Uint16(hi[2*c:]))
+				binary.LittleEndian.PutUint32(q[c*packChunkLen+4*lane:], l|u<<4)
 			}
 		}
 	}
+}
+
+// spreadNibbles puts the 4 nibbles of x (lowest first) into the low
+// nibbles of the 4 bytes of the result.
+func spreadNibbles(x uint16) uint32 {
+	v := uint32(x)
+	return v&0x000f | v&0x00f0<<4 | v&0x0f00<<8 | v&0xf000<<12
 }
 
 // mlxCode is the code of column col of a packed MLX row (4 or 8 bits).
