@@ -33,6 +33,14 @@ type kvBlocks struct {
 	k16, v16                        []uint16
 }
 
+// adviseHuge puts a fresh KV block store of 4 MiB or more on transparent
+// huge pages (kernels.AdviseHuge; a no-op off Linux).
+func adviseHuge(p unsafe.Pointer, bytes int) {
+	if bytes >= 4<<20 {
+		kernels.AdviseHuge(unsafe.Slice((*byte)(p), bytes))
+	}
+}
+
 // NewKVBlocks allocates a layer's block store (float32, zeroed lazily by
 // the OS: untouched blocks cost no resident memory). On Linux the store is
 // advised to transparent huge pages (adviseHuge): a decode step walks

@@ -61,22 +61,35 @@ func allocPacked(n int) []byte {
 	return b
 }
 
-// hugeBuffer allocates n bytes (a multiple of 64) and advises huge pages on
-// its 2 MiB-aligned interior (the < 2 MiB before the first boundary stays
-// in 4 KiB pages: no alignment padding that the Go heap would count as
-// live). When the Go heap reuses memory it zeroes it, which makes it
-// resident in 4 KiB pages: the whole buffer is dropped first
-// (MADV_DONTNEED: it reads back as zeros), so that packing faults it in as
-// huge pages and what stays unused (a slab's tail) is not resident.
+// hugeBuffer allocates n bytes (a multiple of 64) advised to huge pages
+// (AdviseHuge): packing faults it in as huge pages and what stays unused
+// (a slab's tail) is not resident.
 func hugeBuffer(n int) []byte {
 	b := make([]byte, n)
+	AdviseHuge(b)
+	return b
+}
+
+// AdviseHuge puts memory that holds nothing yet on transparent huge pages
+// where the system gives them (THP "madvise" or "always"; best effort):
+// its whole pages are dropped first (MADV_DONTNEED: they read back as
+// zeros; the Go heap zeroes memory it reuses, which would leave it resident
+// in 4 KiB pages), then its 2 MiB-aligned interior is advised
+// MADV_HUGEPAGE, so that first touches fault in 2 MiB pages (the < 2 MiB
+// before the first boundary stays in 4 KiB pages: no alignment padding
+// that the Go heap would count as live). Used for packed weights and the
+// engine/cpu KV block stores.
+func AdviseHuge(b []byte) {
+	n := uintptr(len(b))
+	if n == 0 {
+		return
+	}
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	ps := uintptr(os.Getpagesize())
-	if s, e := (p+ps-1)&^(ps-1), (p+uintptr(n))&^(ps-1); e > s {
+	if s, e := (p+ps-1)&^(ps-1), (p+n)&^(ps-1); e > s {
 		_ = syscall.Madvise(b[s-p:e-p], syscall.MADV_DONTNEED)
 	}
-	if s, e := (p+hugePage-1)&^(hugePage-1), (p+uintptr(n))&^(hugePage-1); e > s {
+	if s, e := (p+hugePage-1)&^(hugePage-1), (p+n)&^(hugePage-1); e > s {
 		_ = syscall.Madvise(b[s-p:e-p], madvHugepage)
 	}
-	return b
 }

@@ -116,8 +116,9 @@ func (m *Matrix) packMLXRow(h *tensor.Host, r, ngr, gb, rowBytes int) {
 				}
 				continue
 			}
-			lo, hi := src[col0/2:col0/2+8], src[col0/2+8:col0/2+16] // codes k < 16, k ≥ 16
-			for c := range 4 { // codes 4c..4c+3 (low nibbles) and 16+4c.. (high)
+			// Codes 4c..4c+3 come from lo (low nibbles), 16+4c.. from hi.
+			lo, hi := src[col0/2:col0/2+8], src[col0/2+8:col0/2+16]
+			for c := range 4 {
 				l := spreadNibbles(binary.LittleEndian.Uint16(lo[2*c:]))
 				u := spreadNibbles(binary.LittleEndian.Uint16(hi[2*c:]))
 				binary.LittleEndian.PutUint32(q[c*packChunkLen+4*lane:], l|u<<4)
