@@ -16,7 +16,7 @@ import (
 // (BenchmarkRowsDRAMHuge, 0.45 GB, one thread, thread CPU time): Q8_0
 // 9.0 → 12.7 GB/s, Q4_0 7.5 → 12.6 GB/s for one activation row. The cost
 // is at load: faulting in huge pages took this VM 1.5-3 s more per 0.63 GB
-// (SetHugePages turns it off).
+// (the hugePages variable turns it off for A/B benchmarks).
 const (
 	hugePage     = 2 << 20
 	madvHugepage = 14 // MADV_HUGEPAGE (not in package syscall)

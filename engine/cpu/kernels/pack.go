@@ -174,14 +174,10 @@ var use8Rows = true
 // BenchmarkRowsDRAMPad).
 var pad8From, pad4From = 5, 2
 
-// hugePages enables allocPacked's huge-page slabs (Linux only).
+// hugePages enables allocPacked's huge-page slabs (Linux only; a variable
+// for A/B benchmarks: decode streams weights ~1.3-1.6× faster with them,
+// loading takes longer, see hugepage_linux.go).
 var hugePages = true
-
-// SetHugePages chooses whether matrices packed from now on are put on
-// transparent huge pages (Linux, on by default: decode streams weights
-// ~1.3-1.6× faster; loading takes longer, see hugepage_linux.go). Not to be
-// called while matrices are being prepared.
-func SetHugePages(on bool) { hugePages = on }
 
 // input8 holds the quantized activation rows of an Input that the
 // interleaved kernels take (the first M&^7 rows, or M rounded up to 8 when
