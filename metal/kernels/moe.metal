@@ -92,6 +92,9 @@ kernel void moe_matmul(device float *y [[buffer(0)]],
 	uint r = tg.y;
 	if (n >= p.N || r >= p.R) return;
 	ExpertPtrs e = table[idx[r]];
+	e.w = DEVICE_PTR(e.w);
+	e.s = DEVICE_PTR(e.s);
+	e.b = DEVICE_PTR(e.b);
 	device const float *xr = x + ulong(p.x_per_row != 0 ? r : r / p.K) * p.Kd;
 	float acc = 0.0f;
 	for (uint c = lane; c < p.Kd / 8; c += 32) {
