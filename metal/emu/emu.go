@@ -135,10 +135,12 @@ const gpuBias = 1 << 48
 
 // Buffer is emulator memory: an anonymous mapping, or wrapped host bytes.
 type Buffer struct {
-	b    []byte  // the usable bytes
+	b    []byte  // the usable bytes (nil for WrapRaw)
+	n    int     // len(b), or WrapRaw's length
 	base uintptr // start of the device buffer: b's page for wrapped bytes
 	off  int     // b's offset from base
 	m    []byte  // the whole mapping (nil for wrapped bytes)
+	dead bool    // released
 	once sync.Once
 }
 
@@ -160,7 +162,7 @@ func (d *Device) NewBuffer(size int) (gpu.Buffer, error) {
 	}
 	start := total - page - span
 	bb := m[start : start+size : start+size]
-	return &Buffer{b: bb, base: uintptr(unsafe.Pointer(unsafe.SliceData(bb))), m: m}, nil
+	return &Buffer{b: bb, n: size, base: uintptr(unsafe.Pointer(unsafe.SliceData(bb))), m: m}, nil
 }
 
 // WrapBytes implements gpu.Device as Metal's newBufferWithBytesNoCopy over
@@ -173,11 +175,22 @@ func (d *Device) WrapBytes(b []byte) (gpu.Buffer, error) {
 	}
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	base := p &^ uintptr(os.Getpagesize()-1)
-	return &Buffer{b: b, base: base, off: int(p - base)}, nil
+	return &Buffer{b: b, n: len(b), base: base, off: int(p - base)}, nil
+}
+
+// WrapRaw makes n bytes of host memory at addr a buffer, used in place
+// (a no-copy Metal buffer over pages the caller keeps alive). The address
+// is kept as an integer: it may point between Go heap objects, which no Go
+// pointer may. Bytes is nil.
+func (d *Device) WrapRaw(addr uintptr, n int) (gpu.Buffer, error) {
+	if addr == 0 || n <= 0 {
+		return nil, fmt.Errorf("emu: wrap %d bytes at %#x", n, addr)
+	}
+	return &Buffer{n: n, base: addr}, nil
 }
 
 func (b *Buffer) Bytes() []byte { return b.b }
-func (b *Buffer) Len() int      { return len(b.b) }
+func (b *Buffer) Len() int      { return b.n }
 func (b *Buffer) Offset() int   { return b.off }
 
 // GPUAddress implements gpu.Buffer: a device address (host + 2^48), valid
@@ -188,7 +201,7 @@ func (b *Buffer) Release() {
 		if b.m != nil {
 			syscall.Munmap(b.m)
 		}
-		b.b, b.m = nil, nil
+		b.b, b.m, b.dead = nil, nil, true
 	})
 }
 
@@ -423,10 +436,10 @@ func (c *CommandBuffer) run(d dispatch) error {
 			ptrs[i] = uintptr(unsafe.Pointer(unsafe.SliceData(a.Bytes)))
 		case a.Buf != nil:
 			b := a.Buf.(*Buffer)
-			if a.Off < 0 || a.Off > b.off+len(b.b) {
-				return fmt.Errorf("emu: %s: argument %d offset %d outside buffer of %d bytes", d.p.name, i, a.Off, b.off+len(b.b))
+			if a.Off < 0 || a.Off > b.off+b.n {
+				return fmt.Errorf("emu: %s: argument %d offset %d outside buffer of %d bytes", d.p.name, i, a.Off, b.off+b.n)
 			}
-			if b.b == nil {
+			if b.dead {
 				return fmt.Errorf("emu: %s: argument %d is a released buffer", d.p.name, i)
 			}
 			ptrs[i] = b.base + uintptr(a.Off)
@@ -490,8 +503,8 @@ func (c *CommandBuffer) Wait() error {
 func residency(d dispatch) []resident {
 	var rs []resident
 	add := func(b *Buffer) {
-		if b.b != nil {
-			rs = append(rs, resident{gpu: uint64(b.base) + gpuBias, len: uint64(b.off + len(b.b)), host: uint64(b.base)})
+		if !b.dead {
+			rs = append(rs, resident{gpu: uint64(b.base) + gpuBias, len: uint64(b.off + b.n), host: uint64(b.base)})
 		}
 	}
 	for _, a := range d.args {
