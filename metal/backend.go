@@ -104,6 +104,10 @@ var pipelineNames = []string{"embed", "matmul", "rmsnorm", "rope", "store_kv", "
 	"dn_conv", "dn_conv_state", "dn_rule", "dn_gated_norm", "moe_route", "moe_matmul", "moe_combine", "argmax",
 	"store_kv_paged", "attention_paged", "attention_paged_part", "attention_combine"}
 
+// maxGroupThreads is the largest threadgroup any op dispatches (the
+// elementwise kernels' 256).
+const maxGroupThreads = 256
+
 // New compiles the kernel library on cfg.Device and prepares its pipelines.
 // The backend owns the device from here on (Close closes it).
 func New(cfg Config) (*Backend, error) {
@@ -149,6 +153,11 @@ func New(cfg Config) (*Backend, error) {
 		}
 		if b.pipes[n] == nil {
 			b.missing[n] = fmt.Errorf("kernel %s not in any library (%v)", n, libErr)
+		}
+	}
+	for n, p := range b.pipes {
+		if p.MaxThreads() < maxGroupThreads {
+			return nil, fmt.Errorf("metal: kernel %s allows %d threads per threadgroup; the backend dispatches up to %d", n, p.MaxThreads(), maxGroupThreads)
 		}
 	}
 	if b.dummy, err = b.dev.NewBuffer(64); err != nil {
@@ -347,10 +356,15 @@ func (b *Backend) dispatch(name string, groups, threads [3]int, args ...gpu.Arg)
 	}
 }
 
+// maxInlineBytes bounds inline kernel data: Apple documents
+// setBytes:length:atIndex: for data smaller than 4 KiB (a 512-row paged
+// table is exactly 4096 bytes and must take a buffer).
+const maxInlineBytes = 4096 - 1
+
 // hostArg passes small host data inline (setBytes) and larger data through
 // a staging buffer freed after the next sync.
 func (b *Backend) hostArg(data []byte) gpu.Arg {
-	if len(data) <= 4096 {
+	if len(data) <= maxInlineBytes {
 		return gpu.Arg{Bytes: data}
 	}
 	st, err := b.dev.NewBuffer(len(data))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/metal/gpu"
@@ -17,7 +18,7 @@ type moeTable struct {
 	table  gpu.Buffer
 	params []byte // WeightParams, shared by every expert
 	rows   int
-	bufs   []gpu.Buffer // every buffer the table points into (made resident)
+	bufs   []gpu.Buffer // every buffer the table points into, once (made resident)
 }
 
 type moeTables struct{ gate, up, down *moeTable }
@@ -34,7 +35,9 @@ func (b *Backend) expertTable(ws []*Weight) (*moeTable, error) {
 			if buf == nil {
 				return b.dummy.GPUAddress()
 			}
-			t.bufs = append(t.bufs, buf)
+			if !slices.Contains(t.bufs, buf) { // stacked GGUF experts share a buffer
+				t.bufs = append(t.bufs, buf)
+			}
 			return buf.GPUAddress() + uint64(off)
 		}
 		tab = binary.LittleEndian.AppendUint64(tab, ptr(w.data, w.off))

@@ -51,8 +51,9 @@ type Config struct {
 	// Name is the device name; WorkingSet its recommendedMaxWorkingSetSize.
 	Name       string
 	WorkingSet uint64
-	// Missing lists library paths dlopen fails for.
-	Missing []string
+	// Missing lists library paths dlopen fails for; Hidden, classes no
+	// loaded library provides.
+	Missing, Hidden []string
 }
 
 // DefaultConfig is an M4 Max on macOS 15.
@@ -234,7 +235,7 @@ func Dlopen(path string) (uintptr, error) {
 	}
 	rt.loaded[path] = true
 	for _, c := range classesOf[path] {
-		if rt.classes[c] == nil {
+		if rt.classes[c] == nil && !contains(rt.cfg.Hidden, c) {
 			o := rt.newObject(c, nil)
 			o.isClass = true
 			rt.classes[c] = o
