@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -18,9 +18,9 @@ type quitEngine struct {
 	after int
 }
 
-func (e *quitEngine) GenerateResume(ctx context.Context, job *api.Job, r *worker.Resume, emit func(*api.Event, []int) error) error {
+func (e *quitEngine) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error {
 	n := 0
-	err := e.TestEngine.GenerateResume(ctx, job, r, func(ev *api.Event, toks []int) error {
+	err := e.TestEngine.GenerateResume(ctx, j, r, func(ev *job.Event, toks []int) error {
 		n += len(toks)
 		if r == nil && n > e.after {
 			return openai.Unavailable("model is shutting down")
@@ -58,7 +58,7 @@ func TestWorkerUnavailableFailsOver(t *testing.T) {
 	defer s.Close()
 	var text strings.Builder
 	roles := 0
-	var last *api.Event
+	var last *job.Event
 	for {
 		ev, err := s.Recv(ctx)
 		if err != nil {
@@ -98,7 +98,7 @@ func TestQueuedJobWithoutWorkersFails(t *testing.T) {
 	defer queued.Close()
 	w.Kill() // gone from gossip; its slot stays busy with the first job
 	gone := time.Now()
-	var last *api.Event
+	var last *job.Event
 	for {
 		ev, err := queued.Recv(ctx)
 		if err != nil {

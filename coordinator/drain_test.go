@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -45,7 +45,7 @@ func words(n int) string {
 }
 
 // recvAll reads a stream to the end, recording which workers produced text.
-func recvAll(ctx context.Context, s api.Stream) (text string, workers []string, err error) {
+func recvAll(ctx context.Context, s job.Stream) (text string, workers []string, err error) {
 	defer s.Close()
 	var b strings.Builder
 	for {

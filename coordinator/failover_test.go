@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/coordinator"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -283,7 +283,7 @@ func TestFloodingKeyDoesNotStarveOthers(t *testing.T) {
 	var order []string
 	var wg sync.WaitGroup
 	run := func(key string, s interface {
-		Recv(context.Context) (*api.Event, error)
+		Recv(context.Context) (*job.Event, error)
 		Close() error
 	}) {
 		defer wg.Done()

@@ -16,6 +16,7 @@ import (
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -106,9 +107,9 @@ func startWorker(t testing.TB, name string, join string, slots int, eng worker.E
 	return w, runNode(t, w)
 }
 
-func chatJob(id, key, text string, maxTokens int) *api.Job {
-	return &api.Job{
-		ID: id, Kind: api.KindChat, Model: testModel, APIKey: key,
+func chatJob(id, key, text string, maxTokens int) *job.Job {
+	return &job.Job{
+		ID: id, Kind: job.KindChat, Model: testModel, APIKey: key,
 		Chat: &openai.ChatCompletionRequest{
 			Model:     testModel,
 			Messages:  []openai.ChatMessage{{Role: "user", Content: openai.TextContent(text)}},
@@ -125,7 +126,7 @@ type result struct {
 }
 
 // collect reads a stream to the end.
-func collect(ctx context.Context, s api.Stream) (result, error) {
+func collect(ctx context.Context, s job.Stream) (result, error) {
 	defer s.Close()
 	var r result
 	var b strings.Builder
@@ -152,7 +153,7 @@ func collect(ctx context.Context, s api.Stream) (result, error) {
 	}
 }
 
-func submit(ctx context.Context, svc api.Service, job *api.Job) (result, error) {
+func submit(ctx context.Context, svc api.Service, job *job.Job) (result, error) {
 	s, err := svc.Submit(ctx, job)
 	if err != nil {
 		return result{}, err

@@ -7,18 +7,17 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
-	"github.com/macpool/macpool/engine/prefixkey"
-	"github.com/macpool/macpool/engine/serve"
 	"github.com/macpool/macpool/engine/testmodel"
+	"github.com/macpool/macpool/job"
+	"github.com/macpool/macpool/prefix"
+	"github.com/macpool/macpool/runner"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -57,47 +56,23 @@ func TestParseByteSize(t *testing.T) {
 }
 
 func TestKVFlags(t *testing.T) {
-	dir := t.TempDir()
-	for name, size := range map[string]int{"model-00001.safetensors": 3000, "model-00002.safetensors": 1000, "config.json": 500} {
-		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, size), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := weightBytes(dir); got != 4000 {
-		t.Errorf("weightBytes = %d, want 4000 (safetensors only)", got)
-	}
-	if got := kvBudgetFrom(48<<30, 16<<30); got != 31<<30 {
-		t.Errorf("kvBudgetFrom(48GiB, 16GiB) = %d, want 31GiB", got)
-	}
-	if got := kvBudgetFrom(8<<30, 9<<30); got != minKVBytes {
-		t.Errorf("kvBudgetFrom(8GiB, 9GiB) = %d, want the minimum %d", got, int64(minKVBytes))
-	}
-
-	parse := func(args ...string) (serve.Config, error) {
+	parse := func(args ...string) (runner.Settings, error) {
 		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		var f workerFlags
 		f.register(fs)
 		if err := fs.Parse(args); err != nil {
-			return serve.Config{}, err
+			return runner.Settings{}, err
 		}
-		cfg := serve.DefaultConfig()
-		cfg.ModelDir, cfg.Backend = dir, f.backend
-		f.kv.apply(&cfg)
-		return cfg, nil
+		return f.settings(), nil
 	}
-	cfg, err := parse("--kv-bytes", "512MiB", "--no-prefix-cache")
-	if err != nil || cfg.KVBytes != 512<<20 || !cfg.NoPrefixCache {
-		t.Errorf("--kv-bytes 512MiB --no-prefix-cache: KVBytes %d NoPrefixCache %v (err %v)", cfg.KVBytes, cfg.NoPrefixCache, err)
+	s, err := parse("--kv-bytes", "512MiB", "--no-prefix-cache", "--kv-f32", "--backend", "cpu", "--slots", "3", "--threads", "2")
+	want := runner.Settings{Backend: "cpu", Threads: 2, Slots: 3, KVBytes: 512 << 20, NoPrefixCache: true, KVF32: true}
+	if err != nil || s != want {
+		t.Errorf("settings %+v (err %v), want %+v", s, err, want)
 	}
-	cfg, err = parse("--backend", "cpu")
-	if err != nil || cfg.NoPrefixCache || cfg.KVBytes != defaultKVBytes(4000) {
-		t.Errorf("defaults: KVBytes %d (want %d) NoPrefixCache %v (err %v)", cfg.KVBytes, defaultKVBytes(4000), cfg.NoPrefixCache, err)
-	}
-	for _, be := range []string{"metal", "auto"} {
-		if cfg, _ = parse("--backend", be); cfg.KVBytes != 0 {
-			t.Errorf("%s without --kv-bytes: KVBytes %d, want 0 (the backend budgets itself)", be, cfg.KVBytes)
-		}
+	if s, err = parse(); err != nil || s.KVBytes != 0 || s.NoPrefixCache || s.KVF32 || s.Backend != "auto" {
+		t.Errorf("defaults: %+v (err %v)", s, err)
 	}
 	if _, err := parse("--kv-bytes", "lots"); err == nil || !strings.Contains(err.Error(), `size "lots"`) {
 		t.Errorf("--kv-bytes lots: error %v, want a size error", err)
@@ -140,7 +115,7 @@ type routedTurn struct {
 	usage  *openai.Usage
 }
 
-func submitTurn(ctx context.Context, c *coordinator.Coordinator, job *api.Job) (routedTurn, error) {
+func submitTurn(ctx context.Context, c *coordinator.Coordinator, job *job.Job) (routedTurn, error) {
 	s, err := c.Submit(ctx, job)
 	if err != nil {
 		return routedTurn{}, err
@@ -176,7 +151,7 @@ func cachedTokens(u *openai.Usage) int {
 }
 
 // TestPrefixRoutingRealEngine: a coordinator and two one-slot workers with
-// the real engine (engine/serve through the CLI's serveEngine) on the tiny
+// the real engine (the runner) on the tiny
 // test model, in-process. A conversation's second turn goes to the worker
 // that served the first and reuses its KV prefix (cached_tokens > 0). With
 // routing off the queue alternates between the idle workers, so the second
@@ -203,12 +178,12 @@ func TestPrefixRoutingRealEngine(t *testing.T) {
 			}
 			runTestNode(t, c)
 			for _, name := range []string{"worker-a", "worker-b"} {
-				scfg := serve.DefaultConfig()
+				scfg := runner.DefaultConfig()
 				scfg.ModelDir = dir
 				scfg.ModelName = model
 				scfg.Threads = 1
 				scfg.MaxSeqs = 1
-				e, err := serve.New(scfg, nil)
+				e, err := runner.New(scfg, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -216,7 +191,7 @@ func TestPrefixRoutingRealEngine(t *testing.T) {
 				wcfg := worker.DefaultConfig()
 				wcfg.Name = name
 				wcfg.Models = []string{model}
-				wcfg.Engine = serveEngine{e}
+				wcfg.Engine = e
 				wcfg.Gossip = cluster.FastConfig()
 				wcfg.Gossip.Join = []string{c.GossipAddr()}
 				wcfg.MetaInterval = 50 * time.Millisecond
@@ -240,8 +215,8 @@ func TestPrefixRoutingRealEngine(t *testing.T) {
 
 			question := strings.Repeat("Tell me about the history of the Mac and its chips. ", 8)
 			zero, six := 0.0, 6
-			turn := func(id string, msgs ...openai.ChatMessage) *api.Job {
-				return &api.Job{ID: id, Kind: api.KindChat, Model: model, Chat: &openai.ChatCompletionRequest{
+			turn := func(id string, msgs ...openai.ChatMessage) *job.Job {
+				return &job.Job{ID: id, Kind: job.KindChat, Model: model, Chat: &openai.ChatCompletionRequest{
 					Model: model, Messages: msgs, MaxTokens: &six, Temperature: &zero}}
 			}
 			first := turn("turn-1", openai.ChatMessage{Role: "user", Content: openai.TextContent(question)})
@@ -250,7 +225,7 @@ func TestPrefixRoutingRealEngine(t *testing.T) {
 				t.Fatalf("first turn: %v", err)
 			}
 			if routing {
-				keys := prefixkey.Chat(first.Chat)
+				keys := prefix.Chat(first.Chat)
 				waitUntil(t, 5*time.Second, "prefix summary", func() bool { return c.PrefixKnown(r1.worker, model, keys[len(keys)-1]) })
 			}
 			r2, err := submitTurn(ctx, c, turn("turn-2",
@@ -313,15 +288,15 @@ func TestRoutingTTFTBench(t *testing.T) {
 		}
 		runTestNode(t, c)
 		for _, name := range []string{"worker-a", "worker-b"} {
-			scfg := serve.DefaultConfig()
+			scfg := runner.DefaultConfig()
 			scfg.ModelDir, scfg.ModelName, scfg.Threads, scfg.MaxSeqs = dir, model, threads, 1
-			e, err := serve.New(scfg, nil)
+			e, err := runner.New(scfg, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { e.Close() })
 			wcfg := worker.DefaultConfig()
-			wcfg.Name, wcfg.Models, wcfg.Engine = fmt.Sprintf("%s-%v", name, routing), []string{model}, serveEngine{e}
+			wcfg.Name, wcfg.Models, wcfg.Engine = fmt.Sprintf("%s-%v", name, routing), []string{model}, e
 			wcfg.Gossip = cluster.FastConfig()
 			wcfg.Gossip.Join = []string{c.GossipAddr()}
 			w, err := worker.New(wcfg)
@@ -341,8 +316,8 @@ func TestRoutingTTFTBench(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		zero, four := 0.0, 4
-		turn := func(id string, msgs ...openai.ChatMessage) *api.Job {
-			return &api.Job{ID: id, Kind: api.KindChat, Model: model, Chat: &openai.ChatCompletionRequest{
+		turn := func(id string, msgs ...openai.ChatMessage) *job.Job {
+			return &job.Job{ID: id, Kind: job.KindChat, Model: model, Chat: &openai.ChatCompletionRequest{
 				Model: model, Messages: msgs, MaxTokens: &four, Temperature: &zero}}
 		}
 		var ttfts []time.Duration
@@ -355,7 +330,7 @@ func TestRoutingTTFTBench(t *testing.T) {
 				t.Fatalf("first turn: %v", err)
 			}
 			if routing {
-				keys := prefixkey.Chat(first.Chat)
+				keys := prefix.Chat(first.Chat)
 				waitUntil(t, 5*time.Second, "summary", func() bool { return c.PrefixKnown(r1.worker, model, keys[len(keys)-1]) })
 			}
 			second := turn("t2",

@@ -1,5 +1,5 @@
 // Package serve is macpool's serving layer: it turns one OpenAI job
-// (api.Job: chat or completion) into a stream of api.Events, using the
+// (job.Job: chat or completion) into a stream of api.Events, using the
 // checkpoint's own chat template, tokenizer and engine. It implements
 // worker.Engine.
 //
@@ -12,7 +12,7 @@
 // streaming detokenizer, stop strings, the reasoning splitter and the
 // tool-call parser (engine/chat/...). response_format and forced tool
 // calls are enforced with grammar masks while decoding (constraint.go).
-package serve
+package runner
 
 import (
 	"context"
@@ -28,7 +28,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/chat/grammar"
@@ -37,6 +36,8 @@ import (
 	"github.com/macpool/macpool/engine/gguf"
 	_ "github.com/macpool/macpool/engine/qwen" // the Qwen model types
 	"github.com/macpool/macpool/engine/tokenizer"
+	"github.com/macpool/macpool/job"
+	"github.com/macpool/macpool/prefix"
 )
 
 // Config configures an Engine.
@@ -114,7 +115,7 @@ func (c Config) Validate() error {
 }
 
 // Engine serves one model. Safe for concurrent use; Close stops it.
-type Engine struct {
+type Runner struct {
 	cfg      Config
 	log      *slog.Logger
 	model    *engine.Model
@@ -143,7 +144,7 @@ type Engine struct {
 
 	pool *engine.KVPool // nil: per-sequence caches (backend without paging)
 	emb  embedState     // embeddings (embed.go)
-	keys prefixKeys     // prefix-routing keys of recent requests
+	keys *prefix.Recent // prefix-routing keys of recent requests
 
 	passes       atomic.Int64 // forward passes run (tests check batching)
 	preemptions  atomic.Int64 // sequences preempted for lack of KV blocks
@@ -162,7 +163,7 @@ type genDefaults struct {
 
 // New loads the model (unless cfg.Model is set), tokenizer and chat
 // template, and starts the scheduler.
-func New(cfg Config, logger *slog.Logger) (*Engine, error) {
+func New(cfg Config, logger *slog.Logger) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -172,7 +173,7 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 	if cfg.ModelName == "" {
 		cfg.ModelName = filepath.Base(strings.TrimRight(cfg.ModelDir, "/"))
 	}
-	e := &Engine{
+	e := &Runner{
 		cfg:   cfg,
 		log:   logger.With("component", "serve", "model", cfg.ModelName),
 		model: cfg.Model,
@@ -180,6 +181,7 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 		steps: make(chan *stepReq),
 		leave: make(chan *seq),
 		quit:  make(chan struct{}),
+		keys:  prefix.NewRecent(maxPrefixKeys),
 	}
 	if err := e.loadText(); err != nil {
 		return nil, err
@@ -226,7 +228,7 @@ func New(cfg Config, logger *slog.Logger) (*Engine, error) {
 
 // loadText loads the tokenizer, the chat template and the generation
 // defaults: from the folder, or from a GGUF file's metadata.
-func (e *Engine) loadText() error {
+func (e *Runner) loadText() error {
 	dir := e.cfg.ModelDir
 	if st, err := os.Stat(dir); err == nil && !st.IsDir() && strings.HasSuffix(dir, ".gguf") {
 		f, err := gguf.Open(dir)
@@ -272,7 +274,7 @@ func (e *Engine) loadText() error {
 	return nil
 }
 
-func (e *Engine) setTemplate(t *template.Template) {
+func (e *Runner) setTemplate(t *template.Template) {
 	e.tmpl = t
 	src := t.Source()
 	e.xmlTools = strings.Contains(src, "<function=")
@@ -280,7 +282,7 @@ func (e *Engine) setTemplate(t *template.Template) {
 }
 
 // newPool sets up the paged KV pool if the backend and model support it.
-func (e *Engine) newPool() error {
+func (e *Runner) newPool() error {
 	kc := engine.DefaultKVPoolConfig()
 	if e.cfg.KVBlockSize > 0 {
 		kc.BlockSize = e.cfg.KVBlockSize
@@ -296,7 +298,7 @@ func (e *Engine) newPool() error {
 }
 
 // newCache makes a sequence's cache: paged from the pool when there is one.
-func (e *Engine) newCache() (*engine.Cache, error) {
+func (e *Runner) newCache() (*engine.Cache, error) {
 	if e.pool != nil {
 		return e.pool.NewCache()
 	}
@@ -310,7 +312,7 @@ type Stats struct {
 }
 
 // Stats returns the engine's counters.
-func (e *Engine) Stats() Stats {
+func (e *Runner) Stats() Stats {
 	s := Stats{Passes: e.passes.Load(), Preemptions: e.preemptions.Load()}
 	if e.pool != nil {
 		s.KV = e.pool.Stats()
@@ -319,17 +321,17 @@ func (e *Engine) Stats() Stats {
 }
 
 // Model is the served model.
-func (e *Engine) Model() *engine.Model { return e.model }
+func (e *Runner) Model() *engine.Model { return e.model }
 
 // Tokenizer is the model's tokenizer.
-func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
+func (e *Runner) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 
 // Name is the served model name.
-func (e *Engine) Name() string { return e.cfg.ModelName }
+func (e *Runner) Name() string { return e.cfg.ModelName }
 
 // Close stops the scheduler (running generations fail) and releases the
 // model if New loaded it. Safe to call twice.
-func (e *Engine) Close() error {
+func (e *Runner) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.quit)
 		e.wg.Wait()
@@ -344,7 +346,7 @@ func (e *Engine) Close() error {
 }
 
 // vocab prepares the vocabulary for grammar masks, once (~0.2 s).
-func (e *Engine) vocab() *vocab {
+func (e *Runner) vocab() *vocab {
 	e.vocabOnce.Do(func() {
 		n := e.model.VocabSize()
 		v := &vocab{bytes: make([][]byte, n), noLT: make([]bool, n), eos: e.eos}
@@ -374,31 +376,21 @@ func (e *Engine) vocab() *vocab {
 // Generate implements worker.Engine: it runs job and calls emit for every
 // delta, then once with the Usage. Errors in the request are returned as
 // *openai.Error (400 naming the parameter) before any event.
-func (e *Engine) Generate(ctx context.Context, job *api.Job, emit func(*api.Event) error) error {
-	return e.GenerateResume(ctx, job, nil, emit)
+func (e *Runner) Generate(ctx context.Context, j *job.Job, emit func(*job.Event) error) error {
+	return e.GenerateResume(ctx, j, nil, func(ev *job.Event, _ []int) error { return emit(ev) })
 }
 
-// Resume carries a generation over from another worker (failover).
-// Tokens[i] are the tokens choice i already generated and whose text the
+// GenerateResume implements worker.ResumeEngine: Generate continuing from r
+// (nil: from scratch), reporting with every event the ids of the generated
+// tokens behind it.
+//
+// r.Tokens[i] are the tokens choice i already generated and whose text the
 // client already has. They are prefilled and replayed silently through the
 // sampler steps, constraints and output parsers, so the continuation is
 // what the first worker would have produced (same seed, same step
 // numbers); events carry only new text. Usage counts all tokens.
-// Tokens are as GenerateResumeTokens reported them: a negative value marks a
-// token that a constraint substituted for a sampled EOS (choice.go,
-// substituted), which the replay of the constraint needs.
-type Resume struct {
-	Tokens [][]int
-}
-
-// GenerateResume is Generate continuing from r (nil: from scratch).
-func (e *Engine) GenerateResume(ctx context.Context, job *api.Job, r *Resume, emit func(*api.Event) error) error {
-	return e.GenerateResumeTokens(ctx, job, r, func(ev *api.Event, _ []int) error { return emit(ev) })
-}
-
-// GenerateResumeTokens is GenerateResume that also reports, with every
-// event of a choice, the ids of the generated tokens behind it (the shape of
-// worker.ResumeEngine). Every generated token of a choice is reported
+//
+// Every generated token of a choice is reported
 // exactly once, in order: a token goes with the first event emitted after
 // it entered the output pipeline (detokenizer, stop strings, reasoning and
 // tool-call parsers), so ids whose text is held back ride on the event that
@@ -411,20 +403,20 @@ func (e *Engine) GenerateResume(ctx context.Context, job *api.Job, r *Resume, em
 // event carry none. A token that a constraint put in place of a sampled EOS
 // is reported as -1-id (see substituted): the values are for Resume, not
 // for display.
-func (e *Engine) GenerateResumeTokens(ctx context.Context, job *api.Job, r *Resume, emit func(*api.Event, []int) error) error {
+func (e *Runner) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error {
 	select {
 	case <-e.quit:
 		return openai.Unavailable("model %s is shutting down", e.cfg.ModelName)
 	default:
 	}
-	if job.Kind == api.KindEmbedding {
-		return e.embed(ctx, job, func(ev *api.Event) error { return emit(ev, nil) }) // embed.go; nothing to resume
+	if j.Kind == job.KindEmbedding {
+		return e.embed(ctx, j, func(ev *job.Event) error { return emit(ev, nil) }) // embed.go; nothing to resume
 	}
-	p, oe := e.plan(job)
+	p, oe := e.plan(j)
 	if oe != nil {
 		return oe
 	}
-	e.recordKeys(job)
+	e.recordKeys(j)
 	if r != nil {
 		if len(r.Tokens) > p.n {
 			return openai.InvalidRequest("n", "resume has %d choices, the request %d", len(r.Tokens), p.n)
@@ -443,7 +435,7 @@ func (e *Engine) GenerateResumeTokens(ctx context.Context, job *api.Job, r *Resu
 		}
 	}
 	var mu sync.Mutex
-	safeEmit := func(ev *api.Event, tokens []int) error {
+	safeEmit := func(ev *job.Event, tokens []int) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if err := ctx.Err(); err != nil {
@@ -484,10 +476,10 @@ func (e *Engine) GenerateResumeTokens(ctx context.Context, job *api.Job, r *Resu
 		reasoning += r.reasoningTokens
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	if p.kind == api.KindChat {
+	if p.kind == job.KindChat {
 		u.CompletionTokensDetails = &openai.CompletionTokensDetails{ReasoningTokens: reasoning}
 	}
-	return safeEmit(&api.Event{Usage: u}, nil)
+	return safeEmit(&job.Event{Usage: u}, nil)
 }
 
 // newSeed is the seed of a request without one.

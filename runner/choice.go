@@ -1,4 +1,4 @@
-package serve
+package runner
 
 import (
 	"context"
@@ -6,13 +6,13 @@ import (
 	"slices"
 	"unicode/utf8"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/engine/chat/reasoning"
 	"github.com/macpool/macpool/engine/chat/stop"
 	"github.com/macpool/macpool/engine/chat/toolcall"
 	"github.com/macpool/macpool/engine/sample"
 	"github.com/macpool/macpool/engine/tokenizer"
+	"github.com/macpool/macpool/job"
 )
 
 type choiceResult struct {
@@ -22,7 +22,7 @@ type choiceResult struct {
 }
 
 // runChoice generates choice i of p as its own sequence.
-func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.Event, []int) error) (choiceResult, error) {
+func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.Event, []int) error) (choiceResult, error) {
 	var res choiceResult
 	select {
 	case e.slots <- struct{}{}:
@@ -57,8 +57,8 @@ func (e *Engine) runChoice(ctx context.Context, p *plan, i int, emit func(*api.E
 		resumed, subst = decodeResumed(p.resume[i])
 	}
 	out := e.newOutput(p, i, emit)
-	if p.kind == api.KindChat && len(resumed) == 0 {
-		if err := emit(&api.Event{Choice: i, Role: openai.RoleAssistant}, nil); err != nil {
+	if p.kind == job.KindChat && len(resumed) == 0 {
+		if err := emit(&job.Event{Choice: i, Role: openai.RoleAssistant}, nil); err != nil {
 			return res, err
 		}
 	}
@@ -173,9 +173,9 @@ func greedyParams(p sample.Params) bool {
 // → reasoning split → tool-call parser. Logprobs of tokens whose text is
 // held back ride on the next event that carries anything.
 type output struct {
-	e      *Engine
+	e      *Runner
 	choice int
-	emit   func(*api.Event, []int) error
+	emit   func(*job.Event, []int) error
 	chat   bool
 
 	stream   *tokenizer.Stream
@@ -194,8 +194,8 @@ type output struct {
 	reasoningTokens int
 }
 
-func (e *Engine) newOutput(p *plan, i int, emit func(*api.Event, []int) error) *output {
-	o := &output{e: e, choice: i, emit: emit, chat: p.kind == api.KindChat, stream: e.tok.NewStream(),
+func (e *Runner) newOutput(p *plan, i int, emit func(*job.Event, []int) error) *output {
+	o := &output{e: e, choice: i, emit: emit, chat: p.kind == job.KindChat, stream: e.tok.NewStream(),
 		stop: stop.New(p.stops), parallel: p.parallel, wantLP: p.logprobs, inThink: p.promptOpen}
 	if o.chat && p.reasoning {
 		o.rp = reasoning.New(p.promptOpen)
@@ -217,7 +217,7 @@ func (o *output) logprob(c sample.Choice) {
 }
 
 // tokenLogprob names a token as OpenAI does: its text and UTF-8 bytes.
-func (e *Engine) tokenLogprob(id int, lp float32) openai.TokenLogprob {
+func (e *Runner) tokenLogprob(id int, lp float32) openai.TokenLogprob {
 	b, _ := e.tok.TokenBytes(id)
 	text := string(b)
 	if !utf8.Valid(b) {
@@ -274,7 +274,7 @@ func (o *output) push(text, reason string) error {
 			out += o.stop.Flush()
 		}
 	}
-	ev := &api.Event{Choice: o.choice}
+	ev := &job.Event{Choice: o.choice}
 	content := out
 	if o.rp != nil {
 		d := o.rp.Add(out)

@@ -1,25 +1,18 @@
-package main
+package runner
 
 import (
-	"flag"
 	"fmt"
 	"log/slog"
 	"runtime"
 
 	"github.com/macpool/macpool/engine"
 	_ "github.com/macpool/macpool/engine/cpu" // registers "cpu"
-	_ "github.com/macpool/macpool/metal"      // registers "metal" (macOS) and "metal-emulated" (Linux)
 )
 
-// backendHelp lists the names --backend takes (engine.RegisterBackend
-// names plus "auto").
-const backendHelp = "compute backend: auto (metal on Apple silicon, else cpu), cpu, metal (macOS, Apple GPU) or metal-emulated (Linux, slow; for verification)"
-
-// backendFlag adds --backend to a command that loads a model (owner: metal;
-// used by run, logits and bench).
-func backendFlag(fs *flag.FlagSet) *string {
-	return fs.String("backend", "auto", backendHelp)
-}
+// BackendHelp describes the names a --backend flag takes: the backends
+// registered with engine.RegisterBackend plus "auto". "metal" and
+// "metal-emulated" exist where the binary links package metal.
+const BackendHelp = "compute backend: auto (metal on Apple silicon, else cpu), cpu, metal (macOS, Apple GPU) or metal-emulated (Linux, slow; for verification)"
 
 func init() {
 	engine.RegisterBackend("auto", autoBackend)
@@ -30,8 +23,9 @@ var metalDefault = runtime.GOOS == "darwin" && runtime.GOARCH == "arm64"
 
 // autoBackend is the "auto" backend: metal on Apple silicon, cpu elsewhere.
 // If the Metal backend cannot start (no device, a kernel the Metal compiler
-// rejects) or cannot honour the options (--quantize), it falls back to cpu
-// and logs why, so a Mac keeps serving.
+// rejects, a binary without package metal) or cannot honour the options
+// (quantize at load), it falls back to cpu and logs why, so a Mac keeps
+// serving.
 func autoBackend(o engine.Options) (engine.Backend, error) {
 	if metalDefault && o.Quantize == "" {
 		o.Backend = "metal"
@@ -48,3 +42,7 @@ func autoBackend(o engine.Options) (engine.Backend, error) {
 	}
 	return be, nil
 }
+
+// AutoIsMetal says whether the "auto" backend tries the Apple GPU first on
+// this machine.
+func AutoIsMetal() bool { return metalDefault }

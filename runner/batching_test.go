@@ -1,4 +1,4 @@
-package serve
+package runner
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/engine"
-	"github.com/macpool/macpool/engine/prefixkey"
+	"github.com/macpool/macpool/job"
+	"github.com/macpool/macpool/prefix"
 )
 
 // fixtureDir makes a servable folder of a testdata/hf fixture (vocab 1024,
@@ -22,8 +22,8 @@ import (
 // inside the vocabulary.
 func fixtureDir(t testing.TB, name string) string {
 	t.Helper()
-	src, _ := filepath.Abs(filepath.Join("..", "..", "testdata", "hf", name))
-	tok, _ := filepath.Abs(filepath.Join("..", "..", "testdata", "tokenizers", "qwen3"))
+	src, _ := filepath.Abs(filepath.Join("..", "testdata", "hf", name))
+	tok, _ := filepath.Abs(filepath.Join("..", "testdata", "tokenizers", "qwen3"))
 	dir := t.TempDir()
 	for _, l := range [][2]string{
 		{filepath.Join(src, "config.json"), "config.json"},
@@ -41,7 +41,7 @@ func fixtureDir(t testing.TB, name string) string {
 	return dir
 }
 
-func fixtureEngine(t testing.TB, name string, edit func(*Config)) *Engine {
+func fixtureEngine(t testing.TB, name string, edit func(*Config)) *Runner {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ModelDir = fixtureDir(t, name)
@@ -58,10 +58,10 @@ func fixtureEngine(t testing.TB, name string, edit func(*Config)) *Engine {
 	return e
 }
 
-func tokenJob(ids []int, maxTokens int) *api.Job {
+func tokenJob(ids []int, maxTokens int) *job.Job {
 	req := &openai.CompletionRequest{Model: "test", Prompt: openai.Prompt{Tokens: [][]int{ids}},
 		MaxTokens: ptr(maxTokens), Temperature: ptr(0.0)}
-	return &api.Job{ID: "t", Kind: api.KindCompletion, Model: "test", Completion: req}
+	return &job.Job{ID: "t", Kind: job.KindCompletion, Model: "test", Completion: req}
 }
 
 type mixedReq struct {
@@ -84,7 +84,7 @@ func mixedRequests(n int) []mixedReq {
 }
 
 // runAll runs the requests concurrently and returns their texts.
-func runAll(t *testing.T, e *Engine, reqs []mixedReq) []string {
+func runAll(t *testing.T, e *Runner, reqs []mixedReq) []string {
 	t.Helper()
 	out := make([]string, len(reqs))
 	errs := make([]error, len(reqs))
@@ -241,12 +241,12 @@ func TestPrefixSummary(t *testing.T) {
 			openai.ChatMessage{Role: "assistant", Content: openai.TextContent("once")},
 			openai.ChatMessage{Role: "user", Content: openai.TextContent("go on")})
 	})
-	s := e.PrefixSummary(64)
+	s := e.RoutingSummary(64)
 	have := map[uint64]bool{}
 	for _, k := range s.Keys {
 		have[k] = true
 	}
-	if n := prefixkey.Longest(prefixkey.Chat(follow.Chat), func(k uint64) bool { return have[k] }); n != 1 {
+	if n := prefix.Longest(prefix.Chat(follow.Chat), func(k uint64) bool { return have[k] }); n != 1 {
 		t.Errorf("follow-up matches %d messages of the summary, want 1 (%+v)", n, s)
 	}
 	if s.Blocks == 0 || s.FreeBlocks == 0 || s.BlockSize != 32 {
@@ -255,7 +255,7 @@ func TestPrefixSummary(t *testing.T) {
 }
 
 func TestBench(t *testing.T) {
-	m, err := engine.Load(filepath.Join("..", "..", "testdata", "hf", "qwen3"), engine.Options{Threads: 2})
+	m, err := engine.Load(filepath.Join("..", "testdata", "hf", "qwen3"), engine.Options{Threads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

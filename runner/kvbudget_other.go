@@ -1,6 +1,6 @@
 //go:build !darwin
 
-package main
+package runner
 
 // defaultKVBytes off macOS is 0: the engine's default (the backend's
 // engine.KVBudgeter, else engine.DefaultKVBytes capped at what the

@@ -1,4 +1,4 @@
-package serve
+package runner
 
 import (
 	"context"
@@ -87,7 +87,7 @@ type item struct {
 // (through the prefix cache when its blocks are still cached). After a pass
 // it waits (up to batchWait) for the sequences it answered to come back,
 // so that decodes stay in lockstep. Owned by the Engine; stopped by Close.
-func (e *Engine) loop() {
+func (e *Runner) loop() {
 	defer e.wg.Done()
 	st := &sched{live: map[*seq]bool{}, awaiting: map[*seq]bool{}}
 	add := func(r *stepReq) {
@@ -192,7 +192,7 @@ func (e *Engine) loop() {
 }
 
 // answer sends a step's result and forgets the step.
-func (e *Engine) answer(st *sched, r *stepReq, res stepResult) {
+func (e *Runner) answer(st *sched, r *stepReq, res stepResult) {
 	r.s.pending = nil
 	if i := slices.Index(st.pending, r); i >= 0 {
 		st.pending = slices.Delete(st.pending, i, i+1)
@@ -206,7 +206,7 @@ func (e *Engine) answer(st *sched, r *stepReq, res stepResult) {
 // not fit blocks those behind it). Cancelled waiting steps are answered
 // with their context's error. Blocks that run out are taken from the
 // newest admitted sequence (preemption).
-func (e *Engine) schedule(st *sched) []item {
+func (e *Runner) schedule(st *sched) []item {
 	for _, r := range slices.Clone(st.pending) {
 		if err := r.ctx.Err(); err != nil {
 			e.answer(st, r, stepResult{err: err})
@@ -316,7 +316,7 @@ func (e *Engine) schedule(st *sched) []item {
 // pass exceeds PrefillChunk or MaxBatchTokens by less than one multiple).
 // rest is the tokens of the step not yet fed. Generated tokens (a resume,
 // a recompute) are fed one per row and cut anywhere.
-func (e *Engine) alignChunk(s *seq, pos, n, rest int) int {
+func (e *Runner) alignChunk(s *seq, pos, n, rest int) int {
 	return alignedChunk(e.model.PrefillAlign(), pos, n, rest, s.promptEnd)
 }
 
@@ -338,7 +338,7 @@ const minTwinBlocks = 4
 
 // waitForTwin says whether waiting prompt r shares at least minTwinBlocks
 // and half of its full blocks with a prompt being prefilled.
-func (e *Engine) waitForTwin(r *stepReq, twins []*stepReq) bool {
+func (e *Runner) waitForTwin(r *stepReq, twins []*stepReq) bool {
 	if !r.first || len(twins) == 0 {
 		return false
 	}
@@ -366,7 +366,7 @@ func (e *Engine) waitForTwin(r *stepReq, twins []*stepReq) bool {
 // admit starts a waiting sequence: it attaches the longest cached prefix
 // and admits the sequence if the blocks for the rest of its tokens are
 // available now. A sequence that can never fit gets an error.
-func (e *Engine) admit(st *sched, r *stepReq) (bool, error) {
+func (e *Runner) admit(st *sched, r *stepReq) (bool, error) {
 	s := r.s
 	p := e.pool
 	if p != nil {
@@ -413,7 +413,7 @@ func (e *Engine) admit(st *sched, r *stepReq) (bool, error) {
 }
 
 // victim is the newest admitted sequence holding blocks, or nil.
-func (e *Engine) victim(st *sched) *seq {
+func (e *Runner) victim(st *sched) *seq {
 	var v *seq
 	for s := range st.live {
 		if s.order != 0 && s.cache.Blocks() > 0 && (v == nil || s.order > v.order) {
@@ -425,7 +425,7 @@ func (e *Engine) victim(st *sched) *seq {
 
 // preempt frees s's blocks; its tokens are recomputed when it is admitted
 // again (its full blocks stay in the prefix cache until evicted).
-func (e *Engine) preempt(st *sched, s *seq) {
+func (e *Runner) preempt(st *sched, s *seq) {
 	hist := s.cache.Tokens()
 	if err := s.cache.Truncate(0); err != nil {
 		e.log.Error("preempt: truncate", "err", err)
@@ -440,7 +440,7 @@ func (e *Engine) preempt(st *sched, s *seq) {
 	s.hist = hist
 }
 
-func (e *Engine) failAll(rs []*stepReq) {
+func (e *Runner) failAll(rs []*stepReq) {
 	for _, r := range rs {
 		r.s.res <- stepResult{err: errClosed}
 	}
@@ -450,14 +450,14 @@ func (e *Engine) failAll(rs []*stepReq) {
 // one (and, for the first step, how many prompt positions came from the
 // prefix cache). Once submitted, the scheduler answers it: with the result,
 // or with ctx's error if ctx ends before the step runs.
-func (e *Engine) step(ctx context.Context, s *seq, tokens []int, first bool) stepResult {
+func (e *Runner) step(ctx context.Context, s *seq, tokens []int, first bool) stepResult {
 	return e.stepGreedy(ctx, s, tokens, first, false)
 }
 
 // stepGreedy is step; with greedy, the result carries the argmax of the
 // logits in token, and (on a backend that computes it on the device,
 // engine.ArgmaxOps) no logits.
-func (e *Engine) stepGreedy(ctx context.Context, s *seq, tokens []int, first, greedy bool) stepResult {
+func (e *Runner) stepGreedy(ctx context.Context, s *seq, tokens []int, first, greedy bool) stepResult {
 	select {
 	case e.steps <- &stepReq{ctx: ctx, s: s, tokens: tokens, first: first, greedy: greedy}:
 	case <-ctx.Done():
@@ -471,7 +471,7 @@ func (e *Engine) stepGreedy(ctx context.Context, s *seq, tokens []int, first, gr
 }
 
 // done tells the scheduler that s submits no more steps.
-func (e *Engine) done(s *seq) {
+func (e *Runner) done(s *seq) {
 	select {
 	case e.leave <- s:
 	case <-e.quit:

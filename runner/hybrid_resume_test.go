@@ -1,4 +1,4 @@
-package serve
+package runner
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/macpool/macpool/api"
+	"github.com/macpool/macpool/job"
 )
 
 // tokenOut is one generated token with its logprobs, compared exactly.
@@ -21,15 +21,15 @@ type tokenOut struct {
 
 // generateTokens runs job (resumed after resume, if any) and returns the
 // generated tokens with their logprobs.
-func generateTokens(t *testing.T, e *Engine, job *api.Job, resume []int) []tokenOut {
+func generateTokens(t *testing.T, e *Runner, j *job.Job, resume []int) []tokenOut {
 	t.Helper()
-	var r *Resume
+	var r *job.Resume
 	if resume != nil {
-		r = &Resume{Tokens: [][]int{resume}}
+		r = &job.Resume{Tokens: [][]int{resume}}
 	}
 	var ids []int
 	var lps [][]float64
-	err := e.GenerateResumeTokens(context.Background(), job, r, func(ev *api.Event, toks []int) error {
+	err := e.GenerateResume(context.Background(), j, r, func(ev *job.Event, toks []int) error {
 		ids = append(ids, toks...)
 		if ev.Logprobs != nil {
 			for _, c := range ev.Logprobs.Content {
@@ -57,7 +57,7 @@ func generateTokens(t *testing.T, e *Engine, job *api.Job, resume []int) []token
 
 // background keeps other requests running on e until the test ends, so
 // that resumed sequences share passes (and token budgets) with others.
-func background(t *testing.T, e *Engine) {
+func background(t *testing.T, e *Runner) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -65,7 +65,7 @@ func background(t *testing.T, e *Engine) {
 		defer wg.Done()
 		for i := 0; ctx.Err() == nil; i++ {
 			q := mixedRequests(10)[i%10]
-			err := e.GenerateResume(ctx, tokenJob(q.prompt, q.max), nil, func(*api.Event) error { return nil })
+			err := e.Generate(ctx, tokenJob(q.prompt, q.max), func(*job.Event) error { return nil })
 			if err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
 				t.Errorf("background request: %v", err)
 				return
@@ -102,13 +102,13 @@ func TestHybridResumeExact(t *testing.T) {
 			background(t, b)
 			for _, temp := range []float64{0, 1} {
 				t.Run(fmt.Sprintf("temperature=%v", temp), func(t *testing.T) {
-					job := func() *api.Job {
+					jb := func() *job.Job {
 						j := tokenJob(prompt, 20)
 						j.Completion.Temperature, j.Completion.Seed, j.Completion.Logprobs = ptr(temp), ptr(int64(5)), ptr(2)
 						j.Completion.IgnoreEOS = true
 						return j
 					}
-					full := generateTokens(t, a, job(), nil)
+					full := generateTokens(t, a, jb(), nil)
 					if len(full) != 20 {
 						t.Fatalf("%d tokens, want 20", len(full))
 					}
@@ -117,7 +117,7 @@ func TestHybridResumeExact(t *testing.T) {
 						ids[i] = o.id
 					}
 					for cut := 1; cut < len(full); cut++ {
-						rest := generateTokens(t, b, job(), ids[:cut])
+						rest := generateTokens(t, b, jb(), ids[:cut])
 						if len(rest) != len(full)-cut {
 							t.Fatalf("resumed after %d: %d tokens, want %d", cut, len(rest), len(full)-cut)
 						}

@@ -1,4 +1,4 @@
-package serve
+package runner
 
 import (
 	"context"
@@ -168,7 +168,7 @@ type streamStats struct {
 }
 
 // benchStream runs one greedy stream through the scheduler.
-func (e *Engine) benchStream(ctx context.Context, prompt []int, gen int, submit time.Time) (streamStats, error) {
+func (e *Runner) benchStream(ctx context.Context, prompt []int, gen int, submit time.Time) (streamStats, error) {
 	st := streamStats{submit: submit}
 	cache, err := e.newCache()
 	if err != nil {
@@ -195,8 +195,8 @@ func (e *Engine) benchStream(ctx context.Context, prompt []int, gen int, submit 
 
 // newScheduler is an Engine with only the scheduler and the KV pool (no
 // tokenizer or template): for Bench.
-func newScheduler(cfg Config, m *engine.Model) (*Engine, error) {
-	e := &Engine{
+func newScheduler(cfg Config, m *engine.Model) (*Runner, error) {
+	e := &Runner{
 		cfg:   cfg,
 		log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		model: m,

@@ -1,4 +1,4 @@
-package prefixkey
+package prefix
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package serve
+package runner
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/engine/chat/template"
+	"github.com/macpool/macpool/job"
 )
 
 func TestChatBasic(t *testing.T) {
@@ -76,13 +76,13 @@ func TestCompletionLength(t *testing.T) {
 
 func TestGreedyDeterministic(t *testing.T) {
 	e := newEngine(t, "qwen3", nil)
-	job := func() *api.Job {
+	j := func() *job.Job {
 		return chatJob("Tell me a story", func(r *openai.ChatCompletionRequest) {
 			r.MaxTokens = ptr(16)
 			r.Temperature = ptr(0.0)
 		})
 	}
-	a, b := mustRun(t, e, job()), mustRun(t, e, job())
+	a, b := mustRun(t, e, j()), mustRun(t, e, j())
 	if a.choices[0].text != b.choices[0].text || a.choices[0].reasoning != b.choices[0].reasoning {
 		t.Errorf("greedy runs differ: %q vs %q", a.choices[0].text, b.choices[0].text)
 	}
@@ -90,7 +90,7 @@ func TestGreedyDeterministic(t *testing.T) {
 
 func TestSeededSampling(t *testing.T) {
 	e := newEngine(t, "qwen3", nil)
-	job := func(seed int64, n int) *api.Job {
+	j := func(seed int64, n int) *job.Job {
 		return completionJob("Once upon a time", func(r *openai.CompletionRequest) {
 			r.MaxTokens = ptr(16)
 			r.Temperature = ptr(1.0)
@@ -99,7 +99,7 @@ func TestSeededSampling(t *testing.T) {
 			r.IgnoreEOS = true
 		})
 	}
-	a, b, c := mustRun(t, e, job(42, 1)), mustRun(t, e, job(42, 1)), mustRun(t, e, job(43, 1))
+	a, b, c := mustRun(t, e, j(42, 1)), mustRun(t, e, j(42, 1)), mustRun(t, e, j(43, 1))
 	if a.choices[0].text != b.choices[0].text {
 		t.Errorf("same seed, different text: %q vs %q", a.choices[0].text, b.choices[0].text)
 	}
@@ -107,7 +107,7 @@ func TestSeededSampling(t *testing.T) {
 		t.Errorf("seeds 42 and 43 gave the same text %q", a.choices[0].text)
 	}
 	// n=2: choice i uses seed+i, so choice 1 of seed 42 is choice 0 of seed 43.
-	two := mustRun(t, e, job(42, 2))
+	two := mustRun(t, e, j(42, 2))
 	if len(two.choices) != 2 {
 		t.Fatalf("n=2 gave %d choices", len(two.choices))
 	}
@@ -121,7 +121,7 @@ func TestSeededSampling(t *testing.T) {
 
 func TestStopStringAcrossTokens(t *testing.T) {
 	e := newEngine(t, "qwen3", nil)
-	base := func(stop []string) *api.Job {
+	base := func(stop []string) *job.Job {
 		return completionJob("The weather today is", func(r *openai.CompletionRequest) {
 			r.MaxTokens = ptr(24)
 			r.Temperature = ptr(0.0)
@@ -232,7 +232,7 @@ func TestBadParams(t *testing.T) {
 	e := newEngine(t, "qwen3", nil)
 	for _, tc := range []struct {
 		param string
-		job   *api.Job
+		j     *job.Job
 	}{
 		{"logit_bias", chatJob("x", func(r *openai.ChatCompletionRequest) { r.LogitBias = map[string]float64{"999999": 1} })},
 		{"response_format.json_schema.schema", chatJob("x", func(r *openai.ChatCompletionRequest) {
@@ -240,7 +240,7 @@ func TestBadParams(t *testing.T) {
 		})},
 		{"echo", completionJob("x", func(r *openai.CompletionRequest) { r.Echo = true })},
 	} {
-		_, err := run(t, e, tc.job)
+		_, err := run(t, e, tc.j)
 		var oe *openai.Error
 		if !errors.As(err, &oe) || oe.Status != 400 || oe.Param != tc.param {
 			t.Errorf("got %v, want a 400 naming %s", err, tc.param)
@@ -251,7 +251,7 @@ func TestBadParams(t *testing.T) {
 func TestConcurrentMatchesSerial(t *testing.T) {
 	e := newEngine(t, "qwen3", nil)
 	prompts := []string{"alpha", "beta gamma", "delta epsilon zeta", "eta"}
-	job := func(p string) *api.Job {
+	j := func(p string) *job.Job {
 		return completionJob(p, func(r *openai.CompletionRequest) {
 			r.MaxTokens = ptr(12)
 			r.Temperature = ptr(0.0)
@@ -260,7 +260,7 @@ func TestConcurrentMatchesSerial(t *testing.T) {
 	}
 	want := make([]string, len(prompts))
 	for i, p := range prompts {
-		want[i] = mustRun(t, e, job(p)).choices[0].text
+		want[i] = mustRun(t, e, j(p)).choices[0].text
 	}
 	got := make([]string, len(prompts))
 	passes := e.passes.Load()
@@ -269,7 +269,7 @@ func TestConcurrentMatchesSerial(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := run(t, e, job(p))
+			r, err := run(t, e, j(p))
 			if err != nil {
 				t.Error(err)
 				return
@@ -301,7 +301,7 @@ func TestCancelFreesSlot(t *testing.T) {
 		err := e.Generate(ctx, completionJob("go on forever", func(r *openai.CompletionRequest) {
 			r.MaxTokens = ptr(1500)
 			r.IgnoreEOS = true
-		}), func(ev *api.Event) error {
+		}), func(ev *job.Event) error {
 			once.Do(func() { close(started) })
 			return nil
 		})
@@ -346,7 +346,7 @@ func TestCloseIdempotent(t *testing.T) {
 
 func TestGGUFCompletion(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.ModelDir = "../../testdata/gguf/qwen3-q8_0.gguf"
+	cfg.ModelDir = "../testdata/gguf/qwen3-q8_0.gguf"
 	cfg.Threads = 2
 	e, err := New(cfg, nil)
 	if err != nil {
@@ -369,7 +369,7 @@ func TestGGUFCompletion(t *testing.T) {
 
 func TestResume(t *testing.T) {
 	e := newEngine(t, "qwen3", nil)
-	job := func() *api.Job {
+	j := func() *job.Job {
 		return completionJob("Resume me", func(r *openai.CompletionRequest) {
 			r.MaxTokens = ptr(12)
 			r.Temperature = ptr(1.0)
@@ -378,7 +378,7 @@ func TestResume(t *testing.T) {
 			r.Logprobs = ptr(0)
 		})
 	}
-	full := mustRun(t, e, job()).choices[0]
+	full := mustRun(t, e, j()).choices[0]
 	var ids []int
 	for _, lp := range full.logprobs {
 		id, ok := e.tok.TokenID(lp.Token)
@@ -400,7 +400,7 @@ func TestResume(t *testing.T) {
 	}
 	var got strings.Builder
 	var usage *openai.Usage
-	err := e.GenerateResume(context.Background(), job(), &Resume{Tokens: [][]int{ids[:5]}}, func(ev *api.Event) error {
+	err := e.GenerateResume(context.Background(), j(), &job.Resume{Tokens: [][]int{ids[:5]}}, func(ev *job.Event, _ []int) error {
 		got.WriteString(ev.Text)
 		if ev.Usage != nil {
 			usage = ev.Usage
@@ -478,7 +478,7 @@ func TestReasoningPromptOpen(t *testing.T) {
 func TestResumeFromEventTokens(t *testing.T) {
 	e := newEngine(t, "qwen3", nil)
 	var stops []string
-	job := func() *api.Job {
+	j := func() *job.Job {
 		return completionJob("Resume me", func(r *openai.CompletionRequest) {
 			r.MaxTokens = ptr(16)
 			r.Temperature = ptr(1.0)
@@ -487,20 +487,20 @@ func TestResumeFromEventTokens(t *testing.T) {
 			r.Stop = stops
 		})
 	}
-	first := resumeFromEventTokens(t, e, job)
+	first := resumeFromEventTokens(t, e, j)
 	// Stop strings that never match but start with some tokens' text hold
 	// that text back: its ids ride on a later event.
 	for _, k := range []int{1, 4, 9} {
 		stops = append(stops, first[k]+"\x00never")
 	}
-	if n := len(resumeFromEventTokens(t, e, job)); n >= 16 {
+	if n := len(resumeFromEventTokens(t, e, j)); n >= 16 {
 		t.Errorf("stop strings %q held nothing back (%d events with ids)", stops, n)
 	}
 }
 
 // resumeFromEventTokens runs job, checks resuming after every event and
 // returns the text of the events that carried ids.
-func resumeFromEventTokens(t *testing.T, e *Engine, job func() *api.Job) []string {
+func resumeFromEventTokens(t *testing.T, e *Runner, j func() *job.Job) []string {
 	t.Helper()
 	type cut struct {
 		ids  int    // ids delivered through this event
@@ -509,7 +509,7 @@ func resumeFromEventTokens(t *testing.T, e *Engine, job func() *api.Job) []strin
 	var ids []int
 	var text strings.Builder
 	var cuts []cut
-	err := e.GenerateResumeTokens(context.Background(), job(), nil, func(ev *api.Event, toks []int) error {
+	err := e.GenerateResume(context.Background(), j(), nil, func(ev *job.Event, toks []int) error {
 		if ev.Text != "" && len(toks) == 0 && ev.FinishReason == "" {
 			t.Errorf("event with text %q and no token ids", ev.Text)
 		}
@@ -540,13 +540,13 @@ func resumeFromEventTokens(t *testing.T, e *Engine, job func() *api.Job) []strin
 	if len(cuts) < 2 {
 		t.Fatalf("only %d events carried ids", len(cuts))
 	}
-	if got := mustRun(t, e, job()).choices[0].text; got != full {
-		t.Fatalf("GenerateResumeTokens text %q, Generate %q", full, got)
+	if got := mustRun(t, e, j()).choices[0].text; got != full {
+		t.Fatalf("GenerateResume text %q, Generate %q", full, got)
 	}
 	for _, c := range cuts[:len(cuts)-1] {
 		var got strings.Builder
 		var rest []int
-		err := e.GenerateResumeTokens(context.Background(), job(), &Resume{Tokens: [][]int{ids[:c.ids]}}, func(ev *api.Event, toks []int) error {
+		err := e.GenerateResume(context.Background(), j(), &job.Resume{Tokens: [][]int{ids[:c.ids]}}, func(ev *job.Event, toks []int) error {
 			got.WriteString(ev.Text)
 			rest = append(rest, toks...)
 			return nil

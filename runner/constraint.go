@@ -1,4 +1,4 @@
-package serve
+package runner
 
 import (
 	"bytes"
@@ -49,7 +49,7 @@ type segment struct {
 	then    func(alt string) []segment
 }
 
-func (e *Engine) literal(s string) segment {
+func (e *Runner) literal(s string) segment {
 	return segment{kind: segLiteral, lit: e.tok.Encode(s)}
 }
 

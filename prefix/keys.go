@@ -1,10 +1,11 @@
-// Package prefixkey computes prefix-routing keys of OpenAI requests: hashes
-// that a coordinator (which has the request but neither the rendered prompt
-// nor the tokenizer) and a worker (which renders and tokenizes it) compute
-// alike. A worker advertises the keys of the prefixes it served recently
-// (serve.Engine.PrefixSummary); the coordinator sends a request to the
-// worker holding its longest key, whose KV prefix cache then most likely
-// holds the prompt's rendered prefix. docs/notes/batching.md has the rule.
+// Package prefix is prefix-aware routing's shared part: the keys of a
+// request's prefixes, hashes that a coordinator (which has the request but
+// neither the rendered prompt nor the tokenizer) and a worker (which renders
+// and tokenizes it) compute alike; the bounded set of keys a worker served
+// recently (Recent); and the Summary a worker advertises. The coordinator
+// sends a request to the worker holding its longest key, whose KV prefix
+// cache then most likely holds the prompt's rendered prefix
+// (docs/cluster.md, "Prefix-aware routing").
 //
 // Keys are chained FNV-1a 64 hashes:
 //   - chat: key i covers messages[0..i] (each message's JSON encoding as
@@ -14,7 +15,7 @@
 //     bytes; with a token-id prompt the first (i+1)·TokenChunk ids.
 //
 // Only the first prompt of a multi-prompt completion is keyed.
-package prefixkey
+package prefix
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package serve
+package runner
 
 import (
 	"context"
@@ -15,12 +15,13 @@ import (
 
 	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // localService is an api.Service that runs jobs on one Engine in process
 // (no coordinator, no NATS), passing the job through JSON as the cluster does.
 type localService struct {
-	e    *Engine
+	e    *Runner
 	name string
 	wg   sync.WaitGroup
 }
@@ -31,25 +32,25 @@ func (s *localService) Models(ctx context.Context) ([]openai.Model, error) {
 
 func (s *localService) Ready(ctx context.Context) error { return nil }
 
-func (s *localService) Submit(ctx context.Context, job *api.Job) (api.Stream, error) {
-	if job.Model != s.name {
-		return nil, openai.ModelNotFound(job.Model)
+func (s *localService) Submit(ctx context.Context, jb *job.Job) (job.Stream, error) {
+	if jb.Model != s.name {
+		return nil, openai.ModelNotFound(jb.Model)
 	}
-	b, err := json.Marshal(job)
+	b, err := json.Marshal(jb)
 	if err != nil {
 		return nil, err
 	}
-	var j api.Job
+	var j job.Job
 	if err := json.Unmarshal(b, &j); err != nil {
 		return nil, err
 	}
 	gctx, cancel := context.WithCancel(context.Background())
-	st := &localStream{events: make(chan *api.Event, 64), cancel: cancel}
+	st := &localStream{events: make(chan *job.Event, 64), cancel: cancel}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer close(st.events)
-		err := s.e.Generate(gctx, &j, func(ev *api.Event) error {
+		err := s.e.Generate(gctx, &j, func(ev *job.Event) error {
 			ev.Worker = "local"
 			select {
 			case st.events <- ev:
@@ -63,18 +64,18 @@ func (s *localService) Submit(ctx context.Context, job *api.Job) (api.Stream, er
 			if !errors.As(err, &oe) {
 				oe = openai.ServerError("%v", err)
 			}
-			st.events <- &api.Event{Err: oe}
+			st.events <- &job.Event{Err: oe}
 		}
 	}()
 	return st, nil
 }
 
 type localStream struct {
-	events chan *api.Event
+	events chan *job.Event
 	cancel context.CancelFunc
 }
 
-func (s *localStream) Recv(ctx context.Context) (*api.Event, error) {
+func (s *localStream) Recv(ctx context.Context) (*job.Event, error) {
 	select {
 	case ev, ok := <-s.events:
 		if !ok {
@@ -91,7 +92,7 @@ func (s *localStream) Close() error {
 	return nil
 }
 
-func newAPI(t *testing.T, model string) (oai.Client, *Engine) {
+func newAPI(t *testing.T, model string) (oai.Client, *Runner) {
 	t.Helper()
 	e := newEngine(t, model, nil)
 	svc := &localService{e: e, name: "tiny"}

@@ -1,4 +1,4 @@
-package serve
+package runner
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // TestResumeConstrained resumes constrained generations (response_format
@@ -21,18 +21,18 @@ import (
 func TestResumeConstrained(t *testing.T) {
 	for _, tc := range []struct {
 		name, model string
-		edit        func(e *Engine, r *openai.ChatCompletionRequest)
+		edit        func(e *Runner, r *openai.ChatCompletionRequest)
 	}{
-		{"json_schema", "qwen3", func(e *Engine, r *openai.ChatCompletionRequest) {
+		{"json_schema", "qwen3", func(e *Runner, r *openai.ChatCompletionRequest) {
 			r.LogitBias = quoteBias(e)
 			r.ResponseFormat = &openai.ResponseFormat{Type: "json_schema", JSONSchema: &openai.JSONSchema{Name: "s", Schema: json.RawMessage(testSchemas[0]), Strict: ptr(true)}}
 		}},
-		{"tool_json", "qwen3", func(e *Engine, r *openai.ChatCompletionRequest) {
+		{"tool_json", "qwen3", func(e *Runner, r *openai.ChatCompletionRequest) {
 			r.LogitBias = quoteBias(e)
 			r.Tools = testTools
 			r.ToolChoice = &openai.ToolChoice{Mode: openai.ToolChoiceRequired}
 		}},
-		{"tool_xml", "qwen3.5", func(e *Engine, r *openai.ChatCompletionRequest) {
+		{"tool_xml", "qwen3.5", func(e *Runner, r *openai.ChatCompletionRequest) {
 			r.Tools = testTools
 			r.ToolChoice = &openai.ToolChoice{Mode: openai.ToolChoiceFunction, Function: "get_weather"}
 		}},
@@ -41,7 +41,7 @@ func TestResumeConstrained(t *testing.T) {
 			e := newEngine(t, tc.model, nil)
 			done := 0
 			for seed := int64(1); seed <= 2; seed++ {
-				job := func() *api.Job {
+				j := func() *job.Job {
 					return chatJob("What's the weather in Paris?", func(r *openai.ChatCompletionRequest) {
 						r.MaxTokens = ptr(120)
 						r.Temperature = ptr(1.0)
@@ -49,7 +49,7 @@ func TestResumeConstrained(t *testing.T) {
 						tc.edit(e, r)
 					})
 				}
-				if resumeEveryCut(t, e, job) {
+				if resumeEveryCut(t, e, j) {
 					done++
 				}
 			}
@@ -62,7 +62,7 @@ func TestResumeConstrained(t *testing.T) {
 
 // render is the client-visible content of an event (ids of tool calls
 // excluded: they are random per run).
-func render(ev *api.Event) string {
+func render(ev *job.Event) string {
 	var b strings.Builder
 	b.WriteString(ev.Text)
 	if ev.Reasoning != "" {
@@ -84,7 +84,7 @@ func render(ev *api.Event) string {
 // resumeEveryCut runs job, then resumes it after every event with token ids
 // and compares: rendered content, ids and completion tokens. It reports
 // whether the run finished (not cut by max_tokens).
-func resumeEveryCut(t *testing.T, e *Engine, job func() *api.Job) bool {
+func resumeEveryCut(t *testing.T, e *Runner, j func() *job.Job) bool {
 	t.Helper()
 	type cut struct {
 		ids  int
@@ -95,7 +95,7 @@ func resumeEveryCut(t *testing.T, e *Engine, job func() *api.Job) bool {
 	var cuts []cut
 	var usage *openai.Usage
 	finished := false
-	err := e.GenerateResumeTokens(context.Background(), job(), nil, func(ev *api.Event, toks []int) error {
+	err := e.GenerateResume(context.Background(), j(), nil, func(ev *job.Event, toks []int) error {
 		ids = append(ids, toks...)
 		full.WriteString(render(ev))
 		if ev.FinishReason != "" && ev.FinishReason != "length" {
@@ -120,7 +120,7 @@ func resumeEveryCut(t *testing.T, e *Engine, job func() *api.Job) bool {
 		var got strings.Builder
 		var rest []int
 		var u *openai.Usage
-		err := e.GenerateResumeTokens(context.Background(), job(), &Resume{Tokens: [][]int{ids[:c.ids]}}, func(ev *api.Event, toks []int) error {
+		err := e.GenerateResume(context.Background(), j(), &job.Resume{Tokens: [][]int{ids[:c.ids]}}, func(ev *job.Event, toks []int) error {
 			rest = append(rest, toks...)
 			got.WriteString(render(ev))
 			if ev.Usage != nil {

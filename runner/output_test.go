@@ -1,10 +1,10 @@
-package serve
+package runner
 
 import (
 	"testing"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/engine/chat/toolcall"
+	"github.com/macpool/macpool/job"
 )
 
 // TestOutputPipeline feeds known model output through the per-choice
@@ -28,10 +28,10 @@ func TestOutputPipeline(t *testing.T) {
 		{"plain", "<think>\nhmm\n</think>\n\nHello world", true, nil, 0, "Hello world", "hmm", "stop"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &plan{kind: api.KindChat, reasoning: true, parseTools: true, parallel: tc.parallel, stops: tc.stops,
+			p := &plan{kind: job.KindChat, reasoning: true, parseTools: true, parallel: tc.parallel, stops: tc.stops,
 				tools: []toolcall.Tool{{Name: "get_weather"}, {Name: "set_alarm"}}}
 			r := &result{}
-			collect := func(ev *api.Event, _ []int) error {
+			collect := func(ev *job.Event, _ []int) error {
 				r.events = append(r.events, ev)
 				return nil
 			}

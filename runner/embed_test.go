@@ -1,4 +1,4 @@
-package serve
+package runner
 
 import (
 	"context"
@@ -31,7 +31,7 @@ const endOfText = 151643
 // newEmbeddingAPI writes a tiny Qwen3 model with Qwen3-Embedding's
 // tokenizer post-processor and serves it through the api handler with an
 // in-process service. Small passes force inputs to span several of them.
-func newEmbeddingAPI(t *testing.T) (oai.Client, *Engine) {
+func newEmbeddingAPI(t *testing.T) (oai.Client, *Runner) {
 	t.Helper()
 	root := testmodel.RepoRoot()
 	tokDir := t.TempDir()

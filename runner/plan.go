@@ -1,4 +1,4 @@
-package serve
+package runner
 
 import (
 	"encoding/json"
@@ -6,12 +6,12 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/engine/chat/grammar"
 	"github.com/macpool/macpool/engine/chat/reasoning"
 	"github.com/macpool/macpool/engine/chat/toolcall"
 	"github.com/macpool/macpool/engine/sample"
+	"github.com/macpool/macpool/job"
 )
 
 // plan is a job turned into what every choice needs.
@@ -36,16 +36,16 @@ type plan struct {
 }
 
 // plan validates and prepares job. Errors are 400s naming the parameter.
-func (e *Engine) plan(job *api.Job) (*plan, *openai.Error) {
-	p := &plan{kind: job.Kind}
+func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
+	p := &plan{kind: j.Kind}
 	var (
 		req      sampleReq
 		maxNew   int
 		promptPm string
 	)
-	switch job.Kind {
-	case api.KindChat:
-		r := job.Chat
+	switch j.Kind {
+	case job.KindChat:
+		r := j.Chat
 		if r == nil {
 			return nil, openai.InvalidRequest("messages", "chat job without a chat request")
 		}
@@ -79,8 +79,8 @@ func (e *Engine) plan(job *api.Job) (*plan, *openai.Error) {
 		if oe := e.planOutput(p, r); oe != nil {
 			return nil, oe
 		}
-	case api.KindCompletion:
-		r := job.Completion
+	case job.KindCompletion:
+		r := j.Completion
 		if r == nil {
 			return nil, openai.InvalidRequest("prompt", "completion job without a completion request")
 		}
@@ -119,7 +119,7 @@ func (e *Engine) plan(job *api.Job) (*plan, *openai.Error) {
 		}
 		req = sampleReq{r.Temperature, r.TopP, r.TopK, r.MinP, r.RepetitionPenalty, r.PresencePenalty, r.FrequencyPenalty, r.LogitBias, r.Seed}
 	default:
-		return nil, openai.InvalidRequest("", "unknown job kind %q", job.Kind)
+		return nil, openai.InvalidRequest("", "unknown job kind %q", j.Kind)
 	}
 	if len(p.prompt) == 0 {
 		return nil, openai.InvalidRequest(promptPm, "the prompt is empty after tokenization")
@@ -156,7 +156,7 @@ type sampleReq struct {
 
 // sampleParams maps request parameters (falling back to the checkpoint's
 // generation_config defaults, then OpenAI's) to sample.Params.
-func (e *Engine) sampleParams(r sampleReq) (sample.Params, *openai.Error) {
+func (e *Runner) sampleParams(r sampleReq) (sample.Params, *openai.Error) {
 	pick := func(v, def *float64, fallback float64) float32 {
 		switch {
 		case v != nil:
@@ -206,7 +206,7 @@ func (e *Engine) sampleParams(r sampleReq) (sample.Params, *openai.Error) {
 // planOutput sets up output parsing and constraints of a chat request:
 // tool calls (parsed unless tool_choice is "none"; forced by grammar for
 // "required" and a named function) and response_format.
-func (e *Engine) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Error {
+func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Error {
 	mode := openai.ToolChoiceAuto
 	if r.ToolChoice != nil {
 		mode = r.ToolChoice.Mode
@@ -282,7 +282,7 @@ func (e *Engine) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 // show: <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>, the
 // name a literal (or a choice among names), ARGS following the tool's
 // parameter schema.
-func (e *Engine) jsonCallSegments(prefix, names []string, args map[string]*grammar.Grammar) []segment {
+func (e *Runner) jsonCallSegments(prefix, names []string, args map[string]*grammar.Grammar) []segment {
 	var s []segment
 	for _, x := range prefix {
 		s = append(s, e.literal(x))
@@ -316,7 +316,7 @@ func jsonString(s string) string {
 // <tool_call>\n<function=NAME>\n(<parameter=K>\nV\n</parameter>\n)*</function>\n</tool_call>
 // with the required parameters in schema order; string values are free
 // text without '<' (at most 24 tokens), others follow their JSON schema.
-func (e *Engine) xmlCallSegments(prefix, names []string, params map[string]json.RawMessage) []segment {
+func (e *Runner) xmlCallSegments(prefix, names []string, params map[string]json.RawMessage) []segment {
 	var s []segment
 	for _, x := range prefix {
 		s = append(s, e.literal(x))

@@ -1,4 +1,4 @@
-package serve
+package runner
 
 import (
 	"encoding/json"
@@ -131,7 +131,7 @@ func TestToolRoundTrip(t *testing.T) {
 // quoteBias makes the random model close JSON strings sooner (a client
 // may send any logit_bias; without it a random model writes strings of
 // hundreds of tokens).
-func quoteBias(e *Engine) map[string]float64 {
+func quoteBias(e *Runner) map[string]float64 {
 	m := map[string]float64{}
 	for _, s := range []string{`"`, `",`, `"}`, `",Ġ"`, `":`, `":Ġ`, `":"`} {
 		if id, ok := e.tok.TokenID(s); ok {

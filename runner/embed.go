@@ -1,6 +1,6 @@
-package serve
+package runner
 
-// Embeddings (api.KindEmbedding), for Qwen3-Embedding style checkpoints:
+// Embeddings (job.KindEmbedding), for Qwen3-Embedding style checkpoints:
 // every input is tokenized as the reference tokenizer does it (texts get the
 // special tokens of tokenizer.json's post-processor: Qwen3-Embedding's
 // TemplateProcessing appends <|endoftext|>; token-id inputs are used as
@@ -27,10 +27,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/gguf"
+	"github.com/macpool/macpool/job"
 )
 
 // maxVectorValuesPerEvent bounds one event's payload (~12 bytes of JSON per
@@ -55,8 +55,8 @@ type embedItem struct {
 // embed answers an embedding job: one or more events with Embeddings, then
 // one with Usage. Request errors are *openai.Error (400 naming the
 // parameter) before any event.
-func (e *Engine) embed(ctx context.Context, job *api.Job, emit func(*api.Event) error) error {
-	req := job.Embedding
+func (e *Runner) embed(ctx context.Context, j *job.Job, emit func(*job.Event) error) error {
+	req := j.Embedding
 	if req == nil {
 		return openai.InvalidRequest("input", "embedding job without an embedding request")
 	}
@@ -146,7 +146,7 @@ func (e *Engine) embed(ctx context.Context, job *api.Job, emit func(*api.Event) 
 			return fmt.Errorf("embed: %w", err)
 		}
 		e.passes.Add(1)
-		var vecs []api.EmbeddingVector
+		var vecs []job.EmbeddingVector
 		values := 0
 		for i, it := range batch {
 			it.done += len(seqs[i].Tokens)
@@ -156,16 +156,16 @@ func (e *Engine) embed(ctx context.Context, job *api.Job, emit func(*api.Event) 
 			it.cache.Free()
 			it.cache = nil
 			if values+dims > maxVectorValuesPerEvent && len(vecs) > 0 {
-				if err := emit(&api.Event{Embeddings: vecs}); err != nil {
+				if err := emit(&job.Event{Embeddings: vecs}); err != nil {
 					return err
 				}
 				vecs, values = nil, 0
 			}
-			vecs = append(vecs, api.EmbeddingVector{Index: it.index, Vector: poolVector(out[i], dims)})
+			vecs = append(vecs, job.EmbeddingVector{Index: it.index, Vector: poolVector(out[i], dims)})
 			values += dims
 		}
 		if len(vecs) > 0 {
-			if err := emit(&api.Event{Embeddings: vecs}); err != nil {
+			if err := emit(&job.Event{Embeddings: vecs}); err != nil {
 				return err
 			}
 		}
@@ -177,7 +177,7 @@ func (e *Engine) embed(ctx context.Context, job *api.Job, emit func(*api.Event) 
 		}
 		pending = rest
 	}
-	return emit(&api.Event{Usage: &openai.Usage{PromptTokens: promptTokens, TotalTokens: promptTokens}})
+	return emit(&job.Event{Usage: &openai.Usage{PromptTokens: promptTokens, TotalTokens: promptTokens}})
 }
 
 // poolVector keeps the first dims values of the last token's hidden state
@@ -203,7 +203,7 @@ func poolVector(h []float32, dims int) []float32 {
 // (add_special_tokens=True), read once: from tokenizer.json's
 // post_processor (TemplateProcessing, possibly inside a Sequence), or from a
 // GGUF file's tokenizer.ggml.add_bos_token / add_eos_token.
-func (e *Engine) embedSpecialTokens() (prefix, suffix []int) {
+func (e *Runner) embedSpecialTokens() (prefix, suffix []int) {
 	e.emb.once.Do(func() {
 		dir := e.cfg.ModelDir
 		if strings.HasSuffix(dir, ".gguf") {

@@ -1,4 +1,4 @@
-package serve
+package runner
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/engine/testmodel"
+	"github.com/macpool/macpool/job"
 )
 
 // Model folders shared by the package's tests, written once.
@@ -63,7 +63,7 @@ func modelDir(t testing.TB, name string) string {
 }
 
 // newEngine starts an Engine on a test model; closed at the end of the test.
-func newEngine(t testing.TB, name string, edit func(*Config)) *Engine {
+func newEngine(t testing.TB, name string, edit func(*Config)) *Runner {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ModelDir = modelDir(t, name)
@@ -82,7 +82,7 @@ func newEngine(t testing.TB, name string, edit func(*Config)) *Engine {
 
 // result is a generation's events folded per choice.
 type result struct {
-	events  []*api.Event
+	events  []*job.Event
 	choices []choiceOut
 	usage   *openai.Usage
 }
@@ -99,27 +99,27 @@ type choiceOut struct {
 
 // run generates with a deadline, so a scheduler bug fails the test
 // instead of hanging it.
-func run(t testing.TB, e *Engine, job *api.Job) (*result, error) {
+func run(t testing.TB, e *Runner, job *job.Job) (*result, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	return runCtx(ctx, t, e, job)
 }
 
-func runCtx(ctx context.Context, t testing.TB, e *Engine, job *api.Job) (*result, error) {
+func runCtx(ctx context.Context, t testing.TB, e *Runner, jb *job.Job) (*result, error) {
 	t.Helper()
 	// The job travels as JSON in the cluster: do the same here.
-	b, err := json.Marshal(job)
+	b, err := json.Marshal(jb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var j api.Job
+	var j job.Job
 	if err := json.Unmarshal(b, &j); err != nil {
 		t.Fatal(err)
 	}
 	r := &result{}
 	var mu sync.Mutex
-	err = e.Generate(ctx, &j, func(ev *api.Event) error {
+	err = e.Generate(ctx, &j, func(ev *job.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
 		r.events = append(r.events, ev)
@@ -166,7 +166,7 @@ func runCtx(ctx context.Context, t testing.TB, e *Engine, job *api.Job) (*result
 
 func ptr[T any](v T) *T { return &v }
 
-func chatJob(content string, edit func(*openai.ChatCompletionRequest)) *api.Job {
+func chatJob(content string, edit func(*openai.ChatCompletionRequest)) *job.Job {
 	req := &openai.ChatCompletionRequest{
 		Model:    "test",
 		Messages: []openai.ChatMessage{{Role: "user", Content: openai.TextContent(content)}},
@@ -174,18 +174,18 @@ func chatJob(content string, edit func(*openai.ChatCompletionRequest)) *api.Job 
 	if edit != nil {
 		edit(req)
 	}
-	return &api.Job{ID: "t", Kind: api.KindChat, Model: "test", Chat: req}
+	return &job.Job{ID: "t", Kind: job.KindChat, Model: "test", Chat: req}
 }
 
-func completionJob(prompt string, edit func(*openai.CompletionRequest)) *api.Job {
+func completionJob(prompt string, edit func(*openai.CompletionRequest)) *job.Job {
 	req := &openai.CompletionRequest{Model: "test", Prompt: openai.TextPrompt(prompt)}
 	if edit != nil {
 		edit(req)
 	}
-	return &api.Job{ID: "t", Kind: api.KindCompletion, Model: "test", Completion: req}
+	return &job.Job{ID: "t", Kind: job.KindCompletion, Model: "test", Completion: req}
 }
 
-func mustRun(t testing.TB, e *Engine, job *api.Job) *result {
+func mustRun(t testing.TB, e *Runner, job *job.Job) *result {
 	t.Helper()
 	r, err := run(t, e, job)
 	if err != nil {
