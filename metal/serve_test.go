@@ -18,9 +18,9 @@ import (
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/checkpoint"
 	_ "github.com/macpool/macpool/engine/cpu"
-	"github.com/macpool/macpool/runner"
 	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/metal/gpu"
+	"github.com/macpool/macpool/runner"
 )
 
 // serveTokens runs a greedy completion job on e and returns the generated ids.
