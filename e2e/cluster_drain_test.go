@@ -1,9 +1,8 @@
-package coordinator_test
+package e2e
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
+	"github.com/macpool/macpool/internal/clustertest"
 	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/worker"
 )
@@ -20,28 +20,20 @@ func startDrainWorker(t *testing.T, name, join string, eng worker.Engine, drain 
 	t.Helper()
 	cfg := worker.DefaultConfig()
 	cfg.Name = name
-	cfg.Models = []string{testModel}
+	cfg.Models = []string{clustertest.Model}
 	cfg.Engine = eng
 	cfg.Gossip = cluster.FastConfig()
 	cfg.Gossip.Join = []string{join}
 	cfg.MetaInterval = 50 * time.Millisecond
 	cfg.PingInterval = 100 * time.Millisecond
 	cfg.DrainTimeout = drain
-	cfg.Logger = testLogger(t)
+	cfg.Logger = clustertest.Logger(t)
 	w, err := worker.New(cfg)
 	if err != nil {
 		t.Fatalf("worker.New: %v", err)
 	}
-	runNode(t, w)
+	clustertest.Run(t, w)
 	return w
-}
-
-func words(n int) string {
-	ws := make([]string, n)
-	for i := range ws {
-		ws[i] = fmt.Sprintf("w%d", i)
-	}
-	return strings.Join(ws, " ")
 }
 
 // recvAll reads a stream to the end, recording which workers produced text.
@@ -69,15 +61,15 @@ func recvAll(ctx context.Context, s job.Stream) (text string, workers []string, 
 // A drained worker stops taking jobs at once (nothing new is routed to it)
 // but finishes the job it runs, then leaves.
 func TestDrainFinishesRunningJob(t *testing.T) {
-	c, _ := startCoordinator(t, coordConfig(t, "c1", nil))
+	c, _ := clustertest.StartCoordinator(t, clustertest.CoordConfig(t, "c1", nil))
 	w := startDrainWorker(t, "w1", c.GossipAddr(), &worker.TestEngine{TokenDelay: 20 * time.Millisecond}, time.Minute)
-	waitWorkers(t, c, 1)
-	eventually(t, 10*time.Second, "model registered", func() bool { _, ok := c.State().Models[testModel]; return ok })
+	clustertest.WaitWorkers(t, c, 1)
+	clustertest.Eventually(t, 10*time.Second, "model registered", func() bool { _, ok := c.State().Models[clustertest.Model]; return ok })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const n = 30
-	s, err := c.Submit(ctx, chatJob("r1", "k", words(n), n))
+	s, err := c.Submit(ctx, clustertest.ChatJob("r1", "k", clustertest.Words(n), n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,23 +80,23 @@ func TestDrainFinishesRunningJob(t *testing.T) {
 	}
 	got := make(chan res, 1)
 	go func() { text, ws, err := recvAll(ctx, s); got <- res{text, ws, err} }()
-	eventually(t, 10*time.Second, "job running", func() bool { return w.Running() == 1 })
+	clustertest.Eventually(t, 10*time.Second, "job running", func() bool { return w.Running() == 1 })
 
 	start := time.Now()
 	drained := make(chan error, 1)
 	go func() { drained <- w.Drain(ctx) }()
-	eventually(t, 5*time.Second, "worker gossiping leaving", func() bool {
+	clustertest.Eventually(t, 5*time.Second, "worker gossiping leaving", func() bool {
 		m, ok := c.Membership().Member("w1")
 		return ok && m.Meta.Leaving
 	})
 	// Nothing new is routed to a leaving worker.
-	if _, err := c.Submit(ctx, chatJob("r2", "k", "a b", 2)); err == nil {
+	if _, err := c.Submit(ctx, clustertest.ChatJob("r2", "k", "a b", 2)); err == nil {
 		t.Fatal("submit during drain: got a stream, want 503 (the only worker is draining)")
 	} else if oe := (*openai.Error)(nil); !errors.As(err, &oe) || oe.HTTPStatus() != 503 {
 		t.Fatalf("submit during drain: got %v, want a 503", err)
 	}
 	r := <-got
-	if r.err != nil || r.text != words(n) || len(r.workers) != 1 || r.workers[0] != "w1" {
+	if r.err != nil || r.text != clustertest.Words(n) || len(r.workers) != 1 || r.workers[0] != "w1" {
 		t.Fatalf("got text %q workers %v err %v, want the full text from w1 alone", r.text, r.workers, r.err)
 	}
 	select {
@@ -115,7 +107,7 @@ func TestDrainFinishesRunningJob(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("drain did not return within 15s of the job's end")
 	}
-	eventually(t, 5*time.Second, "w1 gone from gossip", func() bool {
+	clustertest.Eventually(t, 5*time.Second, "w1 gone from gossip", func() bool {
 		_, ok := c.Membership().Member("w1")
 		return !ok
 	})
@@ -126,16 +118,16 @@ func TestDrainFinishesRunningJob(t *testing.T) {
 // another worker: the client's stream carries on without an error and
 // the text equals an uninterrupted run.
 func TestDrainHandsOffAtDeadline(t *testing.T) {
-	c, _ := startCoordinator(t, coordConfig(t, "c1", nil))
+	c, _ := clustertest.StartCoordinator(t, clustertest.CoordConfig(t, "c1", nil))
 	eng := &worker.TestEngine{TokenDelay: 25 * time.Millisecond}
 	w1 := startDrainWorker(t, "w1", c.GossipAddr(), eng, 300*time.Millisecond)
 	w2 := startDrainWorker(t, "w2", c.GossipAddr(), eng, 300*time.Millisecond)
-	waitWorkers(t, c, 2)
+	clustertest.WaitWorkers(t, c, 2)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const n = 60
-	s, err := c.Submit(ctx, chatJob("r1", "k", words(n), n))
+	s, err := c.Submit(ctx, clustertest.ChatJob("r1", "k", clustertest.Words(n), n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +139,7 @@ func TestDrainHandsOffAtDeadline(t *testing.T) {
 	got := make(chan res, 1)
 	go func() { text, ws, err := recvAll(ctx, s); got <- res{text, ws, err} }()
 	var busy, other *worker.Worker
-	eventually(t, 10*time.Second, "job running", func() bool {
+	clustertest.Eventually(t, 10*time.Second, "job running", func() bool {
 		switch {
 		case w1.Running() == 1:
 			busy, other = w1, w2
@@ -165,8 +157,8 @@ func TestDrainHandsOffAtDeadline(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("stream failed after the handoff: %v (text so far %q)", r.err, r.text)
 	}
-	if r.text != words(n) {
-		t.Fatalf("got text\n%q\nwant\n%q", r.text, words(n))
+	if r.text != clustertest.Words(n) {
+		t.Fatalf("got text\n%q\nwant\n%q", r.text, clustertest.Words(n))
 	}
 	// The other worker finished it (busy had sent some of it, unless the
 	// machine was too loaded for a token within the 300 ms deadline).

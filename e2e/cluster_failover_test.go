@@ -1,4 +1,4 @@
-package coordinator_test
+package e2e
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/coordinator"
+	"github.com/macpool/macpool/internal/clustertest"
 	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/worker"
 )
@@ -33,12 +34,12 @@ func externalNATS(t *testing.T) string {
 }
 
 func TestWorkerLeaveGetsNoWork(t *testing.T) {
-	c, _ := startCoordinator(t, coordConfig(t, "coord-1", nil))
-	w1, _ := startWorker(t, "worker-1", c.GossipAddr(), 2, &worker.TestEngine{})
-	w2, stop2 := startWorker(t, "worker-2", c.GossipAddr(), 2, &worker.TestEngine{})
-	waitWorkers(t, c, 2)
+	c, _ := clustertest.StartCoordinator(t, clustertest.CoordConfig(t, "coord-1", nil))
+	w1, _ := clustertest.StartWorker(t, "worker-1", c.GossipAddr(), 2, &worker.TestEngine{})
+	w2, stop2 := clustertest.StartWorker(t, "worker-2", c.GossipAddr(), 2, &worker.TestEngine{})
+	clustertest.WaitWorkers(t, c, 2)
 	stop2() // graceful leave
-	waitWorkers(t, c, 1)
+	clustertest.WaitWorkers(t, c, 1)
 	if _, ok := c.Membership().Member(w2.Name()); ok {
 		t.Fatalf("worker-2 still a member after leaving")
 	}
@@ -46,40 +47,40 @@ func TestWorkerLeaveGetsNoWork(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := 0; i < 10; i++ {
-		r, err := submit(ctx, c, chatJob(fmt.Sprint(i), "", "a b", 10))
-		if err != nil || r.err != nil {
-			t.Fatalf("request %d: %v %v", i, err, r.err)
+		r, err := clustertest.Submit(ctx, c, clustertest.ChatJob(fmt.Sprint(i), "", "a b", 10))
+		if err != nil || r.Err != nil {
+			t.Fatalf("request %d: %v %v", i, err, r.Err)
 		}
-		if r.worker != w1.Name() {
-			t.Fatalf("request %d served by %s, want %s", i, r.worker, w1.Name())
+		if r.Worker != w1.Name() {
+			t.Fatalf("request %d served by %s, want %s", i, r.Worker, w1.Name())
 		}
 	}
 	if w2.Served() != served {
 		t.Fatalf("departed worker served %d more jobs", w2.Served()-served)
 	}
-	eventually(t, 5*time.Second, "placement without worker-2", func() bool {
-		p := c.State().Placement[testModel]
+	clustertest.Eventually(t, 5*time.Second, "placement without worker-2", func() bool {
+		p := c.State().Placement[clustertest.Model]
 		return len(p) == 1 && p[0] == w1.Name()
 	})
 }
 
 func TestQueueFull429(t *testing.T) {
-	cfg := coordConfig(t, "coord-1", nil)
+	cfg := clustertest.CoordConfig(t, "coord-1", nil)
 	cfg.QueueLimit = 3
 	cfg.KeyQueueLimit = 2
-	c, _ := startCoordinator(t, cfg)
+	c, _ := clustertest.StartCoordinator(t, cfg)
 	// One slot, slow tokens: the first job runs, the rest wait in the queue.
-	w, _ := startWorker(t, "worker-1", c.GossipAddr(), 1, &worker.TestEngine{TokenDelay: 50 * time.Millisecond})
-	waitWorkers(t, c, 1)
+	w, _ := clustertest.StartWorker(t, "worker-1", c.GossipAddr(), 1, &worker.TestEngine{TokenDelay: 50 * time.Millisecond})
+	clustertest.WaitWorkers(t, c, 1)
 	ctx := context.Background()
-	first, err := c.Submit(ctx, chatJob("run", "flood", "a b c d e f g h", 100))
+	first, err := c.Submit(ctx, clustertest.ChatJob("run", "flood", "a b c d e f g h", 100))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Close()
-	eventually(t, 5*time.Second, "the first job running", func() bool { return w.Running() == 1 })
+	clustertest.Eventually(t, 5*time.Second, "the first job running", func() bool { return w.Running() == 1 })
 	// The worker acks asynchronously: wait until the queue saw it.
-	eventually(t, 5*time.Second, "the first job out of the queue", func() bool { return queued(t, c.NATSURL(), testModel) == 0 })
+	clustertest.Eventually(t, 5*time.Second, "the first job out of the queue", func() bool { return clustertest.Queued(t, c.NATSURL(), clustertest.Model) == 0 })
 
 	var open []interface{ Close() error }
 	defer func() {
@@ -89,75 +90,75 @@ func TestQueueFull429(t *testing.T) {
 	}()
 	// Per-key bound: key "flood" may queue 2.
 	for i := 0; i < 2; i++ {
-		s, err := c.Submit(ctx, chatJob("q", "flood", "x", 1))
+		s, err := c.Submit(ctx, clustertest.ChatJob("q", "flood", "x", 1))
 		if err != nil {
 			t.Fatalf("queued %d: %v", i, err)
 		}
 		open = append(open, s)
 	}
-	_, err = c.Submit(ctx, chatJob("q", "flood", "x", 1))
+	_, err = c.Submit(ctx, clustertest.ChatJob("q", "flood", "x", 1))
 	var oe *openai.Error
 	if !errors.As(err, &oe) || oe.HTTPStatus() != 429 || oe.RetryAfter <= 0 {
 		t.Fatalf("third job of one key: got %v, want 429 with Retry-After", err)
 	}
 	// Another key still gets in (fairness), until the model bound (3) is hit.
-	s, err := c.Submit(ctx, chatJob("q", "polite", "x", 1))
+	s, err := c.Submit(ctx, clustertest.ChatJob("q", "polite", "x", 1))
 	if err != nil {
 		t.Fatalf("other key: got %v, want admitted", err)
 	}
 	open = append(open, s)
-	_, err = c.Submit(ctx, chatJob("q", "third", "x", 1))
+	_, err = c.Submit(ctx, clustertest.ChatJob("q", "third", "x", 1))
 	if !errors.As(err, &oe) || oe.HTTPStatus() != 429 {
 		t.Fatalf("over model bound: got %v, want 429", err)
 	}
 }
 
 func TestCancelFreesWorker(t *testing.T) {
-	c, _ := startCoordinator(t, coordConfig(t, "coord-1", nil))
-	w, _ := startWorker(t, "worker-1", c.GossipAddr(), 1, &worker.TestEngine{TokenDelay: time.Second})
-	waitWorkers(t, c, 1)
+	c, _ := clustertest.StartCoordinator(t, clustertest.CoordConfig(t, "coord-1", nil))
+	w, _ := clustertest.StartWorker(t, "worker-1", c.GossipAddr(), 1, &worker.TestEngine{TokenDelay: time.Second})
+	clustertest.WaitWorkers(t, c, 1)
 	ctx := context.Background()
-	s, err := c.Submit(ctx, chatJob("long", "", "a b c d e f g h i j k l m n o p", 100))
+	s, err := c.Submit(ctx, clustertest.ChatJob("long", "", "a b c d e f g h i j k l m n o p", 100))
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "job running", func() bool { return w.Running() == 1 })
+	clustertest.Eventually(t, 5*time.Second, "job running", func() bool { return w.Running() == 1 })
 	start := time.Now()
 	s.Close() // client went away
-	eventually(t, time.Second, "slot freed within 1s of cancel", func() bool { return w.Running() == 0 })
+	clustertest.Eventually(t, time.Second, "slot freed within 1s of cancel", func() bool { return w.Running() == 0 })
 	t.Logf("slot freed %v after cancel", time.Since(start))
 	// The freed slot takes new work.
-	r, err := submit(ctx, c, chatJob("next", "", "x", 1))
-	if err != nil || r.err != nil || r.text != "x" {
+	r, err := clustertest.Submit(ctx, c, clustertest.ChatJob("next", "", "x", 1))
+	if err != nil || r.Err != nil || r.Text != "x" {
 		t.Fatalf("after cancel: %+v %v", r, err)
 	}
 }
 
 func TestCancelWhileQueued(t *testing.T) {
-	c, _ := startCoordinator(t, coordConfig(t, "coord-1", nil))
-	w, _ := startWorker(t, "worker-1", c.GossipAddr(), 1, &worker.TestEngine{TokenDelay: 20 * time.Millisecond})
-	waitWorkers(t, c, 1)
+	c, _ := clustertest.StartCoordinator(t, clustertest.CoordConfig(t, "coord-1", nil))
+	w, _ := clustertest.StartWorker(t, "worker-1", c.GossipAddr(), 1, &worker.TestEngine{TokenDelay: 20 * time.Millisecond})
+	clustertest.WaitWorkers(t, c, 1)
 	ctx := context.Background()
-	busy, err := c.Submit(ctx, chatJob("busy", "", "a b c d e f g h i j", 100))
+	busy, err := c.Submit(ctx, clustertest.ChatJob("busy", "", "a b c d e f g h i j", 100))
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "job running", func() bool { return w.Running() == 1 })
-	queued, err := c.Submit(ctx, chatJob("queued", "", "never", 100))
+	clustertest.Eventually(t, 5*time.Second, "job running", func() bool { return w.Running() == 1 })
+	queued, err := c.Submit(ctx, clustertest.ChatJob("queued", "", "never", 100))
 	if err != nil {
 		t.Fatal(err)
 	}
 	queued.Close()
-	if _, err := collect(ctx, busy); err != nil {
+	if _, err := clustertest.Collect(ctx, busy); err != nil {
 		t.Fatal(err)
 	}
-	r, err := submit(ctx, c, chatJob("after", "", "y", 1))
-	if err != nil || r.text != "y" {
+	r, err := clustertest.Submit(ctx, c, clustertest.ChatJob("after", "", "y", 1))
+	if err != nil || r.Text != "y" {
 		t.Fatalf("after: %+v %v", r, err)
 	}
 	// The worker counts a job once its last frame is acknowledged, just
 	// after the client got it.
-	eventually(t, 2*time.Second, "two jobs served", func() bool { return w.Served() >= 2 })
+	clustertest.Eventually(t, 2*time.Second, "two jobs served", func() bool { return w.Served() >= 2 })
 	if got := w.Served(); got != 2 {
 		t.Fatalf("worker served %d jobs, want 2 (the cancelled queued job must not run)", got)
 	}
@@ -169,23 +170,23 @@ func TestRaftLeaderFailover(t *testing.T) {
 	kills := make([]func(), 3)
 	var join []string
 	for i := range coords {
-		cfg := coordConfig(t, fmt.Sprintf("coord-%d", i), join)
+		cfg := clustertest.CoordConfig(t, fmt.Sprintf("coord-%d", i), join)
 		cfg.NATS = url
 		c, err := coordinator.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		coords[i] = c
-		stop := runNode(t, c)
+		stop := clustertest.Run(t, c)
 		kills[i] = func() { c.Kill(); stop() }
 		join = []string{coords[0].GossipAddr()}
 	}
-	startWorker(t, "worker-1", coords[1].GossipAddr(), 4, &worker.TestEngine{})
-	startWorker(t, "worker-2", coords[2].GossipAddr(), 4, &worker.TestEngine{})
+	clustertest.StartWorker(t, "worker-1", coords[1].GossipAddr(), 4, &worker.TestEngine{})
+	clustertest.StartWorker(t, "worker-2", coords[2].GossipAddr(), 4, &worker.TestEngine{})
 	for _, c := range coords {
-		waitWorkers(t, c, 2)
+		clustertest.WaitWorkers(t, c, 2)
 	}
-	eventually(t, 10*time.Second, "3 raft voters", func() bool {
+	clustertest.Eventually(t, 10*time.Second, "3 raft voters", func() bool {
 		return coords[0].IsLeader() && len(coords[0].RaftServers()) == 3
 	})
 	// A write on a follower is forwarded to the leader.
@@ -194,7 +195,7 @@ func TestRaftLeaderFailover(t *testing.T) {
 	if err := coords[2].RegisterModel(ctx, coordinator.ModelSpec{Name: "extra", Source: "/models/extra"}); err != nil {
 		t.Fatalf("follower write: %v", err)
 	}
-	eventually(t, 5*time.Second, "registry replicated", func() bool {
+	clustertest.Eventually(t, 5*time.Second, "registry replicated", func() bool {
 		_, ok := coords[1].State().Models["extra"]
 		return ok
 	})
@@ -219,14 +220,14 @@ func TestRaftLeaderFailover(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := submit(ctx, c, chatJob("after-kill", "", "still here", 10))
-			if err != nil || r.err != nil || r.text != "still here" {
+			r, err := clustertest.Submit(ctx, c, clustertest.ChatJob("after-kill", "", "still here", 10))
+			if err != nil || r.Err != nil || r.Text != "still here" {
 				t.Errorf("%s after leader kill: %+v %v", c.Name(), r, err)
 			}
 		}()
 	}
 	wg.Wait()
-	eventually(t, 10*time.Second, "new leader", func() bool {
+	clustertest.Eventually(t, 10*time.Second, "new leader", func() bool {
 		for _, c := range survivors {
 			if c.IsLeader() {
 				return true
@@ -247,13 +248,13 @@ func TestRaftLeaderFailover(t *testing.T) {
 // notices (its ping finds no responders) and frees the slot.
 func TestCoordinatorCrashFreesWorker(t *testing.T) {
 	url := externalNATS(t)
-	cfg := coordConfig(t, "coord-1", nil)
+	cfg := clustertest.CoordConfig(t, "coord-1", nil)
 	cfg.NATS = url
-	c, stop := startCoordinator(t, cfg)
-	w, _ := startWorker(t, "worker-1", c.GossipAddr(), 1, &worker.TestEngine{TokenDelay: 200 * time.Millisecond})
-	waitWorkers(t, c, 1)
+	c, stop := clustertest.StartCoordinator(t, cfg)
+	w, _ := clustertest.StartWorker(t, "worker-1", c.GossipAddr(), 1, &worker.TestEngine{TokenDelay: 200 * time.Millisecond})
+	clustertest.WaitWorkers(t, c, 1)
 	// 30 tokens at 200 ms: 6 s unless stopped.
-	s, err := c.Submit(context.Background(), chatJob("long", "", strings.Repeat("a ", 30), 100))
+	s, err := c.Submit(context.Background(), clustertest.ChatJob("long", "", strings.Repeat("a ", 30), 100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,19 +264,19 @@ func TestCoordinatorCrashFreesWorker(t *testing.T) {
 	}
 	c.Kill()
 	stop()
-	eventually(t, 2*time.Second, "slot freed after the coordinator died", func() bool { return w.Running() == 0 })
+	clustertest.Eventually(t, 2*time.Second, "slot freed after the coordinator died", func() bool { return w.Running() == 0 })
 }
 
 // A client flooding the queue is capped at KeyQueueLimit waiting jobs, so
 // another client's request is admitted and runs after at most that many of
 // the flooder's jobs.
 func TestFloodingKeyDoesNotStarveOthers(t *testing.T) {
-	cfg := coordConfig(t, "coord-1", nil)
+	cfg := clustertest.CoordConfig(t, "coord-1", nil)
 	cfg.QueueLimit = 20
 	cfg.KeyQueueLimit = 4
-	c, _ := startCoordinator(t, cfg)
-	w, _ := startWorker(t, "worker-1", c.GossipAddr(), 1, &worker.TestEngine{TokenDelay: 5 * time.Millisecond})
-	waitWorkers(t, c, 1)
+	c, _ := clustertest.StartCoordinator(t, cfg)
+	w, _ := clustertest.StartWorker(t, "worker-1", c.GossipAddr(), 1, &worker.TestEngine{TokenDelay: 5 * time.Millisecond})
+	clustertest.WaitWorkers(t, c, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -287,7 +288,7 @@ func TestFloodingKeyDoesNotStarveOthers(t *testing.T) {
 		Close() error
 	}) {
 		defer wg.Done()
-		if _, err := collect(ctx, s); err != nil {
+		if _, err := clustertest.Collect(ctx, s); err != nil {
 			t.Error(err)
 		}
 		mu.Lock()
@@ -295,17 +296,17 @@ func TestFloodingKeyDoesNotStarveOthers(t *testing.T) {
 		mu.Unlock()
 	}
 	// The first job runs long (1 s) so that the queue only moves after the burst.
-	first, err := c.Submit(ctx, chatJob("f0", "flood", strings.Repeat("a ", 200), 200))
+	first, err := c.Submit(ctx, clustertest.ChatJob("f0", "flood", strings.Repeat("a ", 200), 200))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wg.Add(1)
 	go run("flood", first)
-	eventually(t, 5*time.Second, "first job running", func() bool { return w.Running() == 1 })
-	eventually(t, 5*time.Second, "first job out of the queue", func() bool { return queued(t, c.NATSURL(), testModel) == 0 })
+	clustertest.Eventually(t, 5*time.Second, "first job running", func() bool { return w.Running() == 1 })
+	clustertest.Eventually(t, 5*time.Second, "first job out of the queue", func() bool { return clustertest.Queued(t, c.NATSURL(), clustertest.Model) == 0 })
 	admitted, rejected := 0, 0
 	for i := 0; i < 20; i++ {
-		s, err := c.Submit(ctx, chatJob(fmt.Sprint("f", i), "flood", "a b c", 100))
+		s, err := c.Submit(ctx, clustertest.ChatJob(fmt.Sprint("f", i), "flood", "a b c", 100))
 		var oe *openai.Error
 		switch {
 		case err == nil:
@@ -321,7 +322,7 @@ func TestFloodingKeyDoesNotStarveOthers(t *testing.T) {
 	if admitted != 4 || rejected != 16 {
 		t.Fatalf("flooder: %d admitted, %d rejected; want 4 and 16", admitted, rejected)
 	}
-	s, err := c.Submit(ctx, chatJob("polite", "polite", "hello", 100))
+	s, err := c.Submit(ctx, clustertest.ChatJob("polite", "polite", "hello", 100))
 	if err != nil {
 		t.Fatalf("other client refused while the flooder is capped: %v", err)
 	}

@@ -1,4 +1,4 @@
-package coordinator_test
+package e2e
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/internal/clustertest"
 	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/worker"
 )
@@ -43,15 +44,15 @@ func chaosWords(n int) string {
 // worker, which continues it: the client sees the whole text once, one
 // role event and no error.
 func TestWorkerUnavailableFailsOver(t *testing.T) {
-	c, _ := startCoordinator(t, coordConfig(t, "coord-1", nil))
+	c, _ := clustertest.StartCoordinator(t, clustertest.CoordConfig(t, "coord-1", nil))
 	eng := &quitEngine{TestEngine: worker.TestEngine{TokenDelay: time.Millisecond}, after: 10}
-	startWorker(t, "worker-1", c.GossipAddr(), 1, eng)
-	startWorker(t, "worker-2", c.GossipAddr(), 1, eng)
-	waitWorkers(t, c, 2)
+	clustertest.StartWorker(t, "worker-1", c.GossipAddr(), 1, eng)
+	clustertest.StartWorker(t, "worker-2", c.GossipAddr(), 1, eng)
+	clustertest.WaitWorkers(t, c, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	prompt := chaosWords(30)
-	s, err := c.Submit(ctx, chatJob("quit", "", prompt, 100))
+	s, err := c.Submit(ctx, clustertest.ChatJob("quit", "", prompt, 100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,19 +80,19 @@ func TestWorkerUnavailableFailsOver(t *testing.T) {
 // worker of its model is gone ends with a 503 error event after a bounded
 // wait, instead of waiting for ever.
 func TestQueuedJobWithoutWorkersFails(t *testing.T) {
-	c, _ := startCoordinator(t, coordConfig(t, "coord-1", nil))
+	c, _ := clustertest.StartCoordinator(t, clustertest.CoordConfig(t, "coord-1", nil))
 	// One slot, slow tokens: the first job keeps it busy while the second waits.
-	w, _ := startWorker(t, "worker-1", c.GossipAddr(), 1, &worker.TestEngine{TokenDelay: 50 * time.Millisecond})
-	waitWorkers(t, c, 1)
+	w, _ := clustertest.StartWorker(t, "worker-1", c.GossipAddr(), 1, &worker.TestEngine{TokenDelay: 50 * time.Millisecond})
+	clustertest.WaitWorkers(t, c, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	busy, err := c.Submit(ctx, chatJob("busy", "", chaosWords(400), 1000))
+	busy, err := c.Submit(ctx, clustertest.ChatJob("busy", "", chaosWords(400), 1000))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	eventually(t, 5*time.Second, "the first job running", func() bool { return w.Running() == 1 })
-	queued, err := c.Submit(ctx, chatJob("queued", "", "never runs", 10))
+	clustertest.Eventually(t, 5*time.Second, "the first job running", func() bool { return w.Running() == 1 })
+	queued, err := c.Submit(ctx, clustertest.ChatJob("queued", "", "never runs", 10))
 	if err != nil {
 		t.Fatal(err)
 	}
