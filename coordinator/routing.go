@@ -162,13 +162,7 @@ type routeCandidate struct {
 // that hold a prefix of it: longest match first, then most free slots,
 // then most free KV blocks.
 func (c *Coordinator) routeCandidates(job *job.Job) []routeCandidate {
-	var keys []uint64
-	switch {
-	case job.Chat != nil:
-		keys = prefix.Chat(job.Chat)
-	case job.Completion != nil:
-		keys = prefix.Completion(job.Completion)
-	}
+	keys := prefix.Of(job)
 	if len(keys) == 0 {
 		return nil
 	}
