@@ -17,7 +17,7 @@ var ErrNaNLogits = errors.New("metal: argmax of NaN logits")
 // Argmax sets dst[r] to the index of the largest value of row r of t (the
 // lowest index on ties, as engine.Greedy), computed on the GPU, and syncs:
 // greedy decoding then reads 4 bytes per sequence instead of its logits.
-// It implements engine.ArgmaxOps: Model.ForwardGreedy (engine/serve's
+// It implements engine.ArgmaxOps: Model.ForwardGreedy (the runner's
 // greedy steps) calls it instead of reading the logits.
 func (b *Backend) Argmax(t engine.Tensor, dst []int) error {
 	x := tt(t)

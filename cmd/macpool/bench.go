@@ -67,7 +67,7 @@ type benchResult struct {
 	*benchBackend
 }
 
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlagSet("bench", stderr)
 	model := fs.String("model", "", "model folder or .gguf file")
 	synthetic := fs.String("synthetic", "", "random-weight model of a real shape: "+strings.Join(synth.Shapes(), ", "))
@@ -81,6 +81,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	exact := fs.Bool("exact", false, "float32 activations for quantized weights (see engine.Options.ExactMatMul)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	backend := backendFlag(fs)
+	defer func() { err = reportEmulatedHost(*backend, stderr, err) }()
 	concurrency := fs.Int("concurrency", 0, "concurrent streams through the serving scheduler (0: one stream on the bare model)")
 	cachedPrefix := fs.Int("cached-prefix", 0, "with --concurrency: prompt tokens shared with a warm-up request (prefix cache)")
 	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and prompt")

@@ -109,3 +109,22 @@ func benchStep(ctx context.Context, m *engine.Model, c *engine.Cache, tok int) (
 	}
 	return engine.Argmax(out[0]), nil
 }
+
+// reportEmulatedHost prints, after a command that ran on metal-emulated,
+// the fake Objective-C runtime's line ("metal-emulated: N objc messages, N
+// checked, V violations") and fails the command if the host code broke a
+// rule a Mac enforces.
+func reportEmulatedHost(backend string, stderr io.Writer, err error) error {
+	if backend != "metal-emulated" {
+		return err
+	}
+	s, ok := metal.EmulatedHostStats()
+	if !ok || s.Messages == 0 {
+		return err
+	}
+	fmt.Fprintln(stderr, s)
+	if err == nil {
+		err = s.Err()
+	}
+	return err
+}

@@ -56,10 +56,11 @@ type Config struct {
 	Missing, Hidden []string
 }
 
-// DefaultConfig is an M4 Max on macOS 15.
+// DefaultConfig is an Apple-silicon GPU of family Apple9 (M3/M4) on macOS
+// 15, named "metal-emulated".
 func DefaultConfig() Config {
 	return Config{MacOS: 15, AppleFamily: 9, Metal3: true, SIMDWidth: 32, MaxThreads: 1024,
-		Name: "Apple M4 Max (metal-emulated)"}
+		Name: "metal-emulated"}
 }
 
 // Validate checks the configuration.
