@@ -2,6 +2,7 @@ package metal
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -109,5 +110,20 @@ func TestMoEWithoutUseFails(t *testing.T) {
 	err = b.Read(y, make([]float32, 2*H))
 	if err == nil || !strings.Contains(err.Error(), "not resident") {
 		t.Fatalf("Read after MoE without Use = %v, want a residency error", err)
+	}
+}
+
+// TestThreadOrderSeeds runs the kernels with threadgroup memory, barriers
+// and SIMD-group collectives under several random thread orders (the
+// emulator's Seed): a missing barrier shows in one of them.
+func TestThreadOrderSeeds(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			withFake(t, func(c *fake.Config) { c.Emu.Seed = seed }, func() {
+				for _, f := range []func(*testing.T){TestAttention, TestPagedAttention, TestNormAndRope, TestGatedDeltaNet, TestMoE, TestArgmax} {
+					f(t)
+				}
+			})
+		})
 	}
 }
