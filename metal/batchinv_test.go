@@ -4,12 +4,14 @@ package metal
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
 	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/engine/tensor"
 )
 
 // TestBatchInvariantLogits on Metal, as engine/qwen's tests for the CPU:
@@ -177,4 +179,65 @@ func diffBits(a, b []float32) int {
 		}
 	}
 	return bad
+}
+
+// TestKernelsBatchInvariant: a row's result from the matmul (every
+// weight format with a kernel), RMSNorm and MoE kernels does not depend on
+// the rows computed with it (alone, or among 2..33).
+func TestKernelsBatchInvariant(t *testing.T) {
+	b := newEmu(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	run := func(x []float32, M, K int, op func(dst, x engine.Tensor), N int) []float32 {
+		xt, dst := b.NewTensor(M, K), b.NewTensor(M, N)
+		b.Write(xt, x)
+		op(dst, xt)
+		out := make([]float32, M*N)
+		if err := b.Read(dst, out); err != nil {
+			t.Fatal(err)
+		}
+		b.Release(xt)
+		b.Release(dst)
+		return out
+	}
+	check := func(name string, K, N int, op func(dst, x engine.Tensor)) {
+		for _, M := range []int{2, 9, 33} {
+			x := randn(r, M*K)
+			got := run(x, M, K, op, N)
+			for m := range M {
+				one := run(x[m*K:(m+1)*K], 1, K, op, N)
+				if bad := diffBits(one, got[m*N:(m+1)*N]); bad > 0 {
+					t.Errorf("%s: row %d of %d: %d of %d outputs differ from the row alone", name, m, M, bad, N)
+					break
+				}
+			}
+		}
+	}
+	const K = 512
+	for _, f := range []tensor.Format{tensor.F32, tensor.BF16, tensor.F16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
+		w, err := b.Upload(hostOf(r, f, 40, K))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprint("matmul ", f), K, 40, func(dst, x engine.Tensor) { b.MatMul(dst, x, w, nil) })
+	}
+	nw, err := b.Upload(hostOf(r, tensor.F32, 1, K))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("rmsnorm", K, K, func(dst, x engine.Tensor) { b.RMSNorm(dst, x, nw, engine.NormParams{Dim: K, Eps: 1e-6}) })
+	const E, H, inter = 6, 64, 40
+	up := func(rows, cols int) engine.Weight {
+		w, err := b.Upload(hostOf(r, tensor.BF16, rows, cols))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	mw := engine.MoEWeights{Router: up(E, H)}
+	for range E {
+		mw.Experts = append(mw.Experts, engine.Expert{Gate: up(inter, H), Up: up(inter, H), Down: up(H, inter)})
+	}
+	mw.Shared = &engine.Expert{Gate: up(inter, H), Up: up(inter, H), Down: up(H, inter)}
+	mw.SharedGate = up(1, H)
+	check("moe", H, H, func(dst, x engine.Tensor) { b.MoE(dst, x, &mw, engine.MoEParams{TopK: 2, Normalize: true}) })
 }
