@@ -96,6 +96,10 @@ type Backend struct {
 	closed  bool
 	// weightBytes is the device memory of the uploaded weights (KV budget).
 	weightBytes atomic.Int64
+	// Dispatch trace (StartTrace): records, and the command buffer count.
+	tracing bool
+	trace   []DispatchRecord
+	traceCB int
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -280,6 +284,9 @@ func (b *Backend) commit() {
 	b.cb.Commit()
 	b.flight = append(b.flight, b.cb)
 	b.cb, b.ncb = nil, 0
+	if b.tracing {
+		b.traceCB++
+	}
 }
 
 // sync commits the current command buffer, waits for every committed one
@@ -350,6 +357,9 @@ func (b *Backend) dispatch(name string, groups, threads [3]int, args ...gpu.Arg)
 		b.cb = b.dev.NewCommandBuffer()
 	}
 	b.cb.Dispatch(p, groups, threads, args...)
+	if b.tracing {
+		b.record(name, groups, threads, args)
+	}
 	// Split only after a dispatch: a Use before it stays in its buffer.
 	if b.ncb++; b.split > 0 && b.ncb >= b.split {
 		b.commit()

@@ -126,6 +126,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	// bytes of every tensor the architecture binds.
 	var src engine.Source
 	res := benchResult{Threads: cfg.Threads, Impl: kernels.Impl(), PromptTokens: *promptTokens, GenTokens: *genTokens}
+	fullLayers := 0 // the shape's depth, before --layers cuts it
 	if *synthetic != "" {
 		q, err := synth.ParseQuant(*quant)
 		if err != nil {
@@ -135,6 +136,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		if err != nil {
 			return fmt.Errorf("%w: --synthetic: %v", errUsage, err)
 		}
+		fullLayers = c.NumHiddenLayers
 		sm, err := synth.New(c, q, *seed, *layers)
 		if err != nil {
 			return err
@@ -240,6 +242,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	res.BytesPerToken = rec.bytesPerToken(c, ctxLen)
 	res.BandwidthGBs = res.BytesPerToken * res.DecodeTokS / 1e9
 	res.benchBackend = backendFigures(be, res.BandwidthGBs)
+	predictTo := stdout
+	if *asJSON {
+		predictTo = stderr
+	}
+	if err := printPredicted(ctx, predictTo, m, be, *promptTokens, max(fullLayers, c.NumHiddenLayers)); err != nil {
+		return err
+	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		res.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
 	}
