@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strings"
 
 	"github.com/macpool/macpool/engine"
@@ -156,6 +157,20 @@ func (s DecodeStep) Table(m PredictModel) string {
 	fmt.Fprintf(&b, "predicted decode (model: kernel bytes at a share of peak bandwidth, matvec %.0f%% attention %.0f%% deltanet %.0f%% other %.0f%%; %.1f µs/dispatch, %.0f µs/command buffer, %.0f µs/token CPU round trip)\n",
 		100*m.Share["matvec"], 100*m.Share["attention"], 100*m.Share["deltanet"], 100*m.Share["other"], m.DispatchCost*1e6, m.CommandBufferCost*1e6, m.SyncCost*1e6)
 	fmt.Fprintf(&b, "%.3f GB/token, %.0f dispatches/token, %.1f command buffers/token\n", float64(s.TotalBytes())/1e9, s.Dispatches, s.CommandBuffers)
+	names := make([]string, 0, len(s.Kernels))
+	for k := range s.Kernels {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool { return s.Kernels[names[i]] > s.Kernels[names[j]] || s.Kernels[names[i]] == s.Kernels[names[j]] && names[i] < names[j] })
+	b.WriteString("dispatches per token:")
+	for _, k := range names {
+		fmt.Fprintf(&b, " %s %d", k, s.Kernels[k])
+	}
+	b.WriteString("\nGB per token:")
+	for _, c := range []string{"matvec", "attention", "deltanet", "other"} {
+		fmt.Fprintf(&b, " %s %.3f", c, float64(s.Bytes[c])/1e9)
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "%-9s %8s %10s %12s\n", "chip", "GB/s", "tok/s", "% of peak")
 	for _, c := range PredictChips {
 		tps := s.TokPerSec(m, c.GBs)
