@@ -127,3 +127,43 @@ func TestThreadOrderSeeds(t *testing.T) {
 		})
 	}
 }
+
+// TestMoEGateUpFusedBits: the fused gate+up+SwiGLU dispatch gives the
+// bits of the gathered gate, gathered up and SwiGLU dispatches.
+func TestMoEGateUpFusedBits(t *testing.T) {
+	b := newEmu(t)
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, f := range []tensor.Format{tensor.BF16, tensor.Q8_0} {
+		up := func(rows, cols int) engine.Weight {
+			w, err := b.Upload(hostOf(r, f, rows, cols))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}
+		const E, H, inter, T = 6, 64, 64, 5
+		w := engine.MoEWeights{Router: up(E, H)}
+		for range E {
+			w.Experts = append(w.Experts, engine.Expert{Gate: up(inter, H), Up: up(inter, H), Down: up(H, inter)})
+		}
+		x := b.NewTensor(T, H)
+		b.Write(x, randn(r, T*H))
+		out := func() []float32 {
+			y := b.NewTensor(T, H)
+			b.MoE(y, x, &w, engine.MoEParams{TopK: 3, Normalize: true})
+			v := make([]float32, T*H)
+			if err := b.Read(y, v); err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		fused := out()
+		p := b.pipes["moe_gate_up"]
+		delete(b.pipes, "moe_gate_up")
+		separate := out()
+		b.pipes["moe_gate_up"] = p
+		if bad := diffBits(fused, separate); bad > 0 {
+			t.Errorf("%v: %d of %d outputs differ between fused and separate gate/up/SwiGLU", f, bad, len(fused))
+		}
+	}
+}
