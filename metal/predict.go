@@ -161,7 +161,9 @@ func (s DecodeStep) Table(m PredictModel) string {
 	for k := range s.Kernels {
 		names = append(names, k)
 	}
-	sort.Slice(names, func(i, j int) bool { return s.Kernels[names[i]] > s.Kernels[names[j]] || s.Kernels[names[i]] == s.Kernels[names[j]] && names[i] < names[j] })
+	sort.Slice(names, func(i, j int) bool {
+		return s.Kernels[names[i]] > s.Kernels[names[j]] || s.Kernels[names[i]] == s.Kernels[names[j]] && names[i] < names[j]
+	})
 	b.WriteString("dispatches per token:")
 	for _, k := range names {
 		fmt.Fprintf(&b, " %s %d", k, s.Kernels[k])
