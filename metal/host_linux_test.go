@@ -128,8 +128,9 @@ func TestThreadOrderSeeds(t *testing.T) {
 	}
 }
 
-// TestMoEGateUpFusedBits: the fused gate+up+SwiGLU dispatch gives the
-// bits of the gathered gate, gathered up and SwiGLU dispatches.
+// TestMoEGateUpFusedBits: the fused gate+up+SwiGLU dispatches (gathered
+// experts: moe_gate_up; shared expert: matmul_gate_up) give the bits of the
+// separate gate, up and SwiGLU dispatches.
 func TestMoEGateUpFusedBits(t *testing.T) {
 	b := newEmu(t)
 	r := rand.New(rand.NewPCG(5, 5))
@@ -146,6 +147,8 @@ func TestMoEGateUpFusedBits(t *testing.T) {
 		for range E {
 			w.Experts = append(w.Experts, engine.Expert{Gate: up(inter, H), Up: up(inter, H), Down: up(H, inter)})
 		}
+		w.Shared = &engine.Expert{Gate: up(inter, H), Up: up(inter, H), Down: up(H, inter)}
+		w.SharedGate = up(1, H)
 		x := b.NewTensor(T, H)
 		b.Write(x, randn(r, T*H))
 		out := func() []float32 {
@@ -158,10 +161,11 @@ func TestMoEGateUpFusedBits(t *testing.T) {
 			return v
 		}
 		fused := out()
-		p := b.pipes["moe_gate_up"]
+		p, q := b.pipes["moe_gate_up"], b.pipes["matmul_gate_up"]
 		delete(b.pipes, "moe_gate_up")
+		delete(b.pipes, "matmul_gate_up")
 		separate := out()
-		b.pipes["moe_gate_up"] = p
+		b.pipes["moe_gate_up"], b.pipes["matmul_gate_up"] = p, q
 		if bad := diffBits(fused, separate); bad > 0 {
 			t.Errorf("%v: %d of %d outputs differ between fused and separate gate/up/SwiGLU", f, bad, len(fused))
 		}

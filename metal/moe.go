@@ -138,10 +138,8 @@ func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEPa
 	var sy, sg, su engine.Tensor
 	if w.Shared != nil {
 		si := ww(w.Shared.Gate).rows
-		sg, su = b.NewTensor(T, si), b.NewTensor(T, si)
-		b.MatMul(sg, x, w.Shared.Gate, nil)
-		b.MatMul(su, x, w.Shared.Up, nil)
-		b.SwiGLU(sg, sg, su)
+		sg = b.NewTensor(T, si)
+		b.gateUp(sg, x, w.Shared.Gate, w.Shared.Up)
 		sy = b.NewTensor(T, H)
 		b.MatMul(sy, sg, w.Shared.Down, nil)
 		gate := b.NewTensor(T, 1)

@@ -95,6 +95,9 @@ func dispatchBytes(name string, g, t [3]int, args []gpu.Arg) int64 {
 	case "matmul": // y, x, W, S, B, WeightParams, bias, (M, N, K, bias)
 		m, n, k := u32(arg(7), 0), u32(arg(7), 1), u32(arg(7), 2)
 		return weightBytes(arg(5), n) + 4*m*(n+k)
+	case "matmul_gate_up": // y, x, GW, GS, GB, UW, US, UB, WeightParams, (M, N, K, 0)
+		m, n, k := u32(arg(9), 0), u32(arg(9), 1), u32(arg(9), 2)
+		return 2*weightBytes(arg(8), n) + 4*m*(n+k)
 	case "embed": // out, W, S, B, WeightParams, ids, (n, cols)
 		n, cols := u32(arg(6), 0), u32(arg(6), 1)
 		return weightBytes(arg(4), n) + 4*n*cols
