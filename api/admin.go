@@ -23,6 +23,15 @@ import (
 // there; anything else is a 503, since it means the cluster could not commit
 // the change (no Raft leader, NATS down) and a retry may succeed.
 type Admin interface {
+	AdminAuth
+	KeyAdmin
+	Drainer
+	ModelRegistry
+	ClusterStatus
+}
+
+// AdminAuth decides who may use the admin endpoints.
+type AdminAuth interface {
 	// CheckAdmin authorises the bearer token of an admin request ("" when
 	// none was sent): nil lets it in.
 	CheckAdmin(ctx context.Context, token string) error
@@ -30,20 +39,33 @@ type Admin interface {
 	// first key created then must be an admin key, or nobody could manage
 	// keys once it exists.
 	AdminOpen() bool
+}
 
+// KeyAdmin manages API keys (macpool keys).
+type KeyAdmin interface {
 	Keys() []admin.KeyInfo
 	CreateAPIKey(ctx context.Context, req admin.KeyRequest) (admin.CreatedKey, error)
 	RevokeAPIKey(ctx context.Context, id string) error
+}
 
+// Drainer drains workers (macpool drain).
+type Drainer interface {
 	// DrainNode asks a worker to drain and leave; it returns once the
 	// worker accepted. NodeDrainState is its progress as gossip shows it.
 	DrainNode(ctx context.Context, node string, timeout time.Duration) (admin.DrainResponse, error)
 	NodeDrainState(node string) admin.NodeDrainState
+}
 
+// ModelRegistry is the cluster's model registry (macpool models).
+type ModelRegistry interface {
 	ModelStatuses() []admin.ModelStatus
 	AddManagedModel(ctx context.Context, req admin.AddModelRequest) (admin.ModelSpec, error)
 	RemoveManagedModel(ctx context.Context, name string) error
+}
 
+// ClusterStatus reports the cluster (macpool status, macpool top, the
+// dashboard).
+type ClusterStatus interface {
 	Status(ctx context.Context) admin.Status
 }
 
