@@ -22,21 +22,19 @@ import (
 	"github.com/macpool/macpool/worker"
 )
 
-// serveHTTP mounts the coordinator like the CLI does: admin endpoints,
-// status, and the OpenAI API with the coordinator as key checker.
+// serveHTTP serves the coordinator like the CLI does: the OpenAI API with
+// the coordinator as key checker, and its admin endpoints (keys, drain,
+// model registry, status).
 func serveHTTP(t *testing.T, c *coordinator.Coordinator) *httptest.Server {
 	t.Helper()
 	acfg := api.DefaultConfig()
 	acfg.Auth = c
+	acfg.Admin = c
 	srv, err := api.New(acfg, c, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle(coordinator.AdminPath, c.AdminHandler())
-	mux.Handle(coordinator.StatusPath, c.StatusHandler())
-	mux.Handle("/", srv.Handler())
-	hs := httptest.NewServer(mux)
+	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return hs
 }
