@@ -160,6 +160,13 @@ func (f *fsm) apply(data []byte) error {
 		if k.Hash == "" {
 			return errors.New("put api key: empty hash")
 		}
+		// A key is identified by its id: a new secret for an id replaces
+		// the old one, which must stop authenticating.
+		for h, old := range f.state.APIKeys {
+			if old.ID == k.ID {
+				delete(f.state.APIKeys, h)
+			}
+		}
 		f.state.APIKeys[k.Hash] = k
 	case cmdDeleteAPIKey:
 		var c nameCmd

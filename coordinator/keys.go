@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/api/openai"
-	"github.com/macpool/macpool/cluster"
 )
 
 // API key administration and worker drain (macpool keys, macpool drain).
@@ -143,8 +143,12 @@ func (c *Coordinator) Keys() []KeyInfo {
 	return out
 }
 
-// CreateAPIKey makes a new random secret, stores its hash under req.ID
-// through Raft and returns the secret (shown once, never stored).
+// CreateAPIKey stores an API key through Raft: req.ID (validated; default
+// key-<random>) with req.Secret, or a new random secret, which is returned
+// (shown once; only its hash is stored). An id already stored is
+// ErrKeyExists, except with a given secret: the operator's flags are
+// authoritative, so a restart with the same --api-key (or a changed one)
+// replaces the key.
 func (c *Coordinator) CreateAPIKey(ctx context.Context, req KeyRequest) (CreatedKey, error) {
 	var raw [24]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -159,12 +163,15 @@ func (c *Coordinator) CreateAPIKey(ctx context.Context, req KeyRequest) (Created
 	if len(req.Name) > 200 {
 		return CreatedKey{}, fmt.Errorf("create api key: %w: name of %d bytes exceeds 200", ErrInvalidKey, len(req.Name))
 	}
-	for _, k := range c.Keys() {
-		if k.ID == req.ID {
-			return CreatedKey{}, fmt.Errorf("create api key %s: %w", req.ID, ErrKeyExists)
+	secret := req.Secret
+	if secret == "" {
+		for _, k := range c.Keys() {
+			if k.ID == req.ID {
+				return CreatedKey{}, fmt.Errorf("create api key %s: %w", req.ID, ErrKeyExists)
+			}
 		}
+		secret = "mp-" + hex.EncodeToString(raw[4:])
 	}
-	secret := "mp-" + hex.EncodeToString(raw[4:])
 	k := APIKey{ID: req.ID, Name: req.Name, Hash: HashKey(secret), Admin: req.Admin, Created: time.Now().Unix()}
 	if err := c.propose(ctx, cmdPutAPIKey, k); err != nil {
 		return CreatedKey{}, fmt.Errorf("create api key %s: %w", req.ID, err)
@@ -182,57 +189,12 @@ func (c *Coordinator) RevokeAPIKey(ctx context.Context, id string) error {
 	if !found {
 		return fmt.Errorf("revoke api key %s: %w", id, ErrKeyNotFound)
 	}
-	if err := c.RemoveAPIKey(ctx, id); err != nil {
+	if err := c.propose(ctx, cmdDeleteAPIKey, nameCmd{Name: id}); err != nil {
 		return fmt.Errorf("revoke api key %s: %w", id, err)
 	}
 	c.log.Info("api key revoked", "key", id)
 	return nil
 }
-
-// DrainNode asks worker node (over NATS) to drain: stop taking jobs,
-// finish or after timeout hand off its running jobs, and leave. It returns
-// once the worker accepted; watch gossip (or Status) to see it leave.
-func (c *Coordinator) DrainNode(ctx context.Context, node string, timeout time.Duration) (DrainResponse, error) {
-	m, ok := c.ml.Member(node)
-	if !ok {
-		return DrainResponse{}, fmt.Errorf("drain %s: %w", node, ErrNodeNotFound)
-	}
-	if m.Meta.Role != cluster.RoleWorker {
-		return DrainResponse{}, fmt.Errorf("drain %s: %w (it is a %s)", node, ErrNotWorker, m.Meta.Role)
-	}
-	body, _ := json.Marshal(cluster.DrainRequest{TimeoutMS: timeout.Milliseconds()})
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	msg, err := c.nc.RequestWithContext(rctx, cluster.DrainSubject(node), body)
-	if err != nil {
-		return DrainResponse{}, fmt.Errorf("drain %s: ask the worker over nats: %w", node, err)
-	}
-	var r cluster.DrainReply
-	if err := json.Unmarshal(msg.Data, &r); err != nil {
-		return DrainResponse{}, fmt.Errorf("drain %s: malformed answer: %w", node, err)
-	}
-	if r.Error != "" {
-		return DrainResponse{}, fmt.Errorf("drain %s: worker refused: %s", node, r.Error)
-	}
-	c.log.Info("worker draining", "node", node, "running", r.Running, "timeout", timeout)
-	return DrainResponse{Node: node, Running: r.Running}, nil
-}
-
-// NodeDrainState reports node as gossip shows it.
-func (c *Coordinator) NodeDrainState(node string) NodeDrainState {
-	m, ok := c.ml.Member(node)
-	if !ok {
-		return NodeDrainState{Node: node}
-	}
-	return NodeDrainState{Node: node, Present: true, Leaving: m.Meta.Leaving, Running: m.Meta.Running}
-}
-
-// ErrNodeNotFound and ErrNotWorker are DrainNode's errors for a node that
-// gossip does not show and for a node that is not a worker.
-var (
-	ErrNodeNotFound = admin.ErrNodeNotFound
-	ErrNotWorker    = admin.ErrNotWorker
-)
 
 // CheckAdmin authorises a bearer token ("" when none was sent) for the
 // admin endpoints: the cluster's admin token or a stored admin key. While
@@ -267,4 +229,31 @@ func (c *Coordinator) AdminOpen() bool {
 	c.fsm.mu.RLock()
 	defer c.fsm.mu.RUnlock()
 	return len(c.fsm.state.APIKeys) == 0 && c.cfg.AdminToken == ""
+}
+
+// HashKey is the stored form of an API key secret.
+func HashKey(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+// Check implements api.KeyChecker against the replicated key hashes. While
+// no keys are stored everyone is let in; the id is then derived from the
+// bearer token the client sent (if any) so that fairness still tells
+// clients apart.
+func (c *Coordinator) Check(ctx context.Context, key string) (string, error) {
+	h := HashKey(key)
+	c.fsm.mu.RLock()
+	defer c.fsm.mu.RUnlock()
+	if len(c.fsm.state.APIKeys) == 0 {
+		if key == "" {
+			return "", nil
+		}
+		return "anon-" + h[:12], nil
+	}
+	if k, ok := c.fsm.state.APIKeys[h]; ok && key != "" {
+		c.keyUse.used(k.ID) // last use, recorded through Raft
+		return k.ID, nil
+	}
+	return "", unauthorized("Incorrect API key provided.")
 }

@@ -249,3 +249,34 @@ func TestKeyMaxStreams(t *testing.T) {
 		t.Fatalf("open streams of alice after all closed: got %d, want 0", n)
 	}
 }
+
+// TestCreateAPIKeyWithSecret: an operator-chosen secret (coordinator
+// --api-key) goes through the same validation as a key created over HTTP,
+// replaces a stored key of its id (a restart with the same or a changed
+// flag), and authenticates with exactly that secret.
+func TestCreateAPIKeyWithSecret(t *testing.T) {
+	c, _ := startCoordinator(t, coordConfig(t, "c1", nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.CreateAPIKey(ctx, coordinator.KeyRequest{ID: "bad id", Secret: "sk-x"}); !errors.Is(err, coordinator.ErrInvalidKey) {
+		t.Fatalf("id with a space: error %v, want ErrInvalidKey", err)
+	}
+	for _, secret := range []string{"sk-one", "sk-one", "sk-two"} {
+		k, err := c.CreateAPIKey(ctx, coordinator.KeyRequest{ID: "team", Name: "team", Secret: secret})
+		if err != nil || k.Secret != secret {
+			t.Fatalf("create team with %s: %+v, %v", secret, k, err)
+		}
+	}
+	if n := len(c.Keys()); n != 1 {
+		t.Fatalf("%d keys stored, want 1 (re-creating with a secret replaces)", n)
+	}
+	if id, err := c.Check(ctx, "sk-two"); err != nil || id != "team" {
+		t.Errorf("check sk-two: %q, %v; want team", id, err)
+	}
+	if _, err := c.Check(ctx, "sk-one"); err == nil {
+		t.Error("the replaced secret sk-one still authenticates")
+	}
+	if _, err := c.CreateAPIKey(ctx, coordinator.KeyRequest{ID: "team"}); !errors.Is(err, coordinator.ErrKeyExists) {
+		t.Errorf("random secret for a stored id: error %v, want ErrKeyExists", err)
+	}
+}

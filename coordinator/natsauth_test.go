@@ -256,7 +256,7 @@ func testSecretTwoCoordinators(t *testing.T, clustered bool) {
 		})
 	}
 	eventually(t, 15*time.Second, "2 raft voters", func() bool { return len(coords[0].RaftServers()) == 2 })
-	if err := coords[1].AddAPIKey(ctx, "k1", "k1", "sk-1"); err != nil {
+	if _, err := coords[1].CreateAPIKey(ctx, coordinator.KeyRequest{ID: "k1", Name: "k1", Secret: "sk-1"}); err != nil {
 		t.Fatalf("raft write through the follower: %v", err)
 	}
 	for _, c := range coords {

@@ -2,8 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -178,46 +176,6 @@ func (c *Coordinator) RegisterModel(ctx context.Context, m ModelSpec) error {
 // RemoveModel deletes a model from the registry.
 func (c *Coordinator) RemoveModel(ctx context.Context, name string) error {
 	return c.propose(ctx, cmdRemoveModel, nameCmd{Name: name})
-}
-
-// HashKey is the stored form of an API key secret.
-func HashKey(secret string) string {
-	h := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(h[:])
-}
-
-// AddAPIKey stores the hash of secret under id.
-func (c *Coordinator) AddAPIKey(ctx context.Context, id, name, secret string) error {
-	if id == "" || secret == "" {
-		return errors.New("add api key: id and secret must be set")
-	}
-	return c.propose(ctx, cmdPutAPIKey, APIKey{ID: id, Name: name, Hash: HashKey(secret)})
-}
-
-// RemoveAPIKey deletes the key with this id.
-func (c *Coordinator) RemoveAPIKey(ctx context.Context, id string) error {
-	return c.propose(ctx, cmdDeleteAPIKey, nameCmd{Name: id})
-}
-
-// Check implements api.KeyChecker against the replicated key hashes. While
-// no keys are stored everyone is let in; the id is then derived from the
-// bearer token the client sent (if any) so that fairness still tells
-// clients apart.
-func (c *Coordinator) Check(ctx context.Context, key string) (string, error) {
-	h := HashKey(key)
-	c.fsm.mu.RLock()
-	defer c.fsm.mu.RUnlock()
-	if len(c.fsm.state.APIKeys) == 0 {
-		if key == "" {
-			return "", nil
-		}
-		return "anon-" + h[:12], nil
-	}
-	if k, ok := c.fsm.state.APIKeys[h]; ok && key != "" {
-		c.keyUse.used(k.ID) // last use, recorded through Raft (keys.go)
-		return k.ID, nil
-	}
-	return "", unauthorized("Incorrect API key provided.")
 }
 
 // leaderLoop runs the leader-only tasks while this node leads.

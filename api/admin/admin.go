@@ -63,6 +63,9 @@ type KeyRequest struct {
 	ID    string `json:"id,omitempty"` // default: key-<random>
 	Name  string `json:"name,omitempty"`
 	Admin bool   `json:"admin,omitempty"`
+	// Secret is a secret the operator chose (coordinator --api-key); never
+	// read from a request body. Empty: a new random one.
+	Secret string `json:"-"`
 }
 
 // DrainRequest is the body of POST /v1/admin/drain.

@@ -231,7 +231,7 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 			for _, kv := range f.apiKeys {
 				id, secret, _ := strings.Cut(kv, ":")
 				kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				err := c.AddAPIKey(kctx, id, id, secret)
+				_, err := c.CreateAPIKey(kctx, coordinator.KeyRequest{ID: id, Name: id, Secret: secret})
 				cancel()
 				if err != nil && ctx.Err() == nil {
 					return fmt.Errorf("store api key %s: %w", id, err)
