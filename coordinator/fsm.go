@@ -180,7 +180,7 @@ func (f *fsm) apply(data []byte) error {
 		}
 	case cmdTouchAPIKey: // keys.go
 		return f.applyTouchKey(body)
-	case cmdSetAssignment: // distrib: models.go
+	case cmdSetAssignment: // models.go
 		return f.applySetAssignment(body)
 	default:
 		return fmt.Errorf("unknown command type %d", data[1])

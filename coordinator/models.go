@@ -1,6 +1,6 @@
 package coordinator
 
-// Model registry and distribution (distrib, issue #10; docs/notes/distrib.md):
+// Model registry and distribution (docs/cluster.md, "Model placement and distribution"):
 //
 //   - `macpool models add|rm|ls` talk to the admin endpoints below; entries
 //     they add are Managed and replicated by Raft (cmdRegisterModel,

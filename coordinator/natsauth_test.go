@@ -286,7 +286,7 @@ func TestSecretConfigValidate(t *testing.T) {
 // worker -> frames) of an open cluster with one that has a secret (TLS on
 // every NATS connection, encrypted gossip): sequential latency and the
 // rate with 32 clients. MACPOOL_BENCH_N sets the sequential requests
-// (default 100). The numbers are logged (docs/notes/security.md).
+// (default 100). The numbers are logged (docs/security.md).
 func TestSecretOverhead(t *testing.T) {
 	n := 100
 	if v := os.Getenv("MACPOOL_BENCH_N"); v != "" {

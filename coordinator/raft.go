@@ -303,7 +303,7 @@ func (c *Coordinator) reconcile(ctx context.Context) {
 	}
 	st := c.fsm.snapshot()
 	for model, workers := range placement {
-		if _, ok := st.Models[model]; !ok && !c.recentlyRemoved(model) { // distrib: a removed managed model being unloaded
+		if _, ok := st.Models[model]; !ok && !c.recentlyRemoved(model) { // a removed managed model being unloaded
 			if err := c.applyCmd(cmdRegisterModel, ModelSpec{Name: model, Source: "worker:" + workers[0], Created: time.Now().Unix()}); err != nil {
 				c.log.Warn("register model", "model", model, "err", err)
 			}
@@ -322,7 +322,7 @@ func (c *Coordinator) reconcile(ctx context.Context) {
 			}
 		}
 	}
-	c.placeModels(members, c.fsm.snapshot()) // distrib: managed models onto workers (models.go)
+	c.placeModels(members, c.fsm.snapshot()) // managed models onto workers (models.go)
 }
 
 func (c *Coordinator) applyCmd(t cmdType, body any) error {

@@ -52,7 +52,7 @@ func (c *Coordinator) Status(ctx context.Context) Status {
 		st.Models = append(st.Models, m)
 		models[m.Name] = true
 	}
-	st.Installs = c.modelInstalls() // distrib: models.go
+	st.Installs = c.modelInstalls() // models.go
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	for model := range models {
