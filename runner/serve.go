@@ -31,9 +31,9 @@ import (
 
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/engine"
-	"github.com/macpool/macpool/engine/checkpoint"
 	"github.com/macpool/macpool/engine/chat/grammar"
 	"github.com/macpool/macpool/engine/chat/template"
+	"github.com/macpool/macpool/engine/checkpoint"
 	_ "github.com/macpool/macpool/engine/cpu" // the "cpu" backend
 	"github.com/macpool/macpool/engine/gguf"
 	_ "github.com/macpool/macpool/engine/qwen" // the Qwen model types
