@@ -38,21 +38,8 @@ func (f *adminFlags) credential() (string, error) {
 	if key != "" {
 		return key, nil
 	}
-	path, explicit := f.secretFile, true
-	if path == "" {
-		path = os.Getenv("MACPOOL_SECRET_FILE")
-	}
-	if path == "" {
-		explicit = false
-		if def, err := defaultSecretPath(); err == nil && exists(def) {
-			path = def
-		}
-	}
-	if path == "" || path == secretFileNone || (!explicit && !exists(path)) {
-		return "", nil
-	}
-	s, err := cluster.LoadSecret(path)
-	if err != nil {
+	s, _, err := cluster.FindSecret(f.secretFile, os.Getenv)
+	if err != nil || s == nil {
 		return "", err
 	}
 	return s.AdminToken(), nil
