@@ -81,4 +81,3 @@ func isLoopbackAddr(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
-
