@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/macpool/macpool/engine/checkpoint"
 	"github.com/macpool/macpool/engine/tokenizer"
 )
 
@@ -20,7 +21,7 @@ func init() {
 // the ids as one JSON array line. Special-token text is matched as such.
 func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tokenize", stderr)
-	model := fs.String("model", "", "model folder with tokenizer.json")
+	model := fs.String("model", "", "model folder with tokenizer.json, or .gguf file")
 	text := fs.String("text", "", "text to tokenize")
 	file := fs.String("file", "", `file to tokenize ("-" = stdin)`)
 	if err := parseFlags(fs, args); err != nil {
@@ -47,7 +48,7 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		input = string(data)
 	}
-	tok, err := tokenizer.Load(*model)
+	tok, err := checkpoint.LoadTokenizer(*model)
 	if err != nil {
 		return err
 	}
@@ -69,7 +70,7 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // prints it) and prints the text exactly, without adding a newline.
 func runDetokenize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("detokenize", stderr)
-	model := fs.String("model", "", "model folder with tokenizer.json")
+	model := fs.String("model", "", "model folder with tokenizer.json, or .gguf file")
 	tokens := fs.String("tokens", "", `token ids, comma-separated ("9707,11,1879") or a JSON array`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -84,7 +85,7 @@ func runDetokenize(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return fmt.Errorf("%w: --tokens: %v", errUsage, err)
 	}
-	tok, err := tokenizer.Load(*model)
+	tok, err := checkpoint.LoadTokenizer(*model)
 	if err != nil {
 		return err
 	}
