@@ -15,8 +15,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/api/openai"
-	"github.com/macpool/macpool/coordinator"
 )
 
 // ErrAddress is returned by New for an address that is no URL.
@@ -126,9 +126,9 @@ func (c *Client) Call(ctx context.Context, method, path string, body, out any) e
 }
 
 // Status returns the cluster status and the raw JSON it was decoded from.
-func (c *Client) Status(ctx context.Context) (coordinator.Status, []byte, error) {
-	var st coordinator.Status
-	body, err := c.get(ctx, coordinator.StatusPath)
+func (c *Client) Status(ctx context.Context) (admin.Status, []byte, error) {
+	var st admin.Status
+	body, err := c.get(ctx, admin.StatusPath)
 	if err != nil {
 		return st, nil, err
 	}
@@ -139,13 +139,13 @@ func (c *Client) Status(ctx context.Context) (coordinator.Status, []byte, error)
 }
 
 // Models lists the model registry, with the raw JSON.
-func (c *Client) Models(ctx context.Context) ([]coordinator.ModelStatus, []byte, error) {
+func (c *Client) Models(ctx context.Context) ([]admin.ModelStatus, []byte, error) {
 	var raw json.RawMessage
-	if err := c.Call(ctx, http.MethodGet, coordinator.ModelsPath, nil, &raw); err != nil {
+	if err := c.Call(ctx, http.MethodGet, admin.ModelsPath, nil, &raw); err != nil {
 		return nil, nil, err
 	}
 	var list struct {
-		Data []coordinator.ModelStatus `json:"data"`
+		Data []admin.ModelStatus `json:"data"`
 	}
 	if err := json.Unmarshal(raw, &list); err != nil {
 		return nil, nil, fmt.Errorf("decode models: %w", err)
@@ -154,49 +154,49 @@ func (c *Client) Models(ctx context.Context) ([]coordinator.ModelStatus, []byte,
 }
 
 // AddModel registers a model.
-func (c *Client) AddModel(ctx context.Context, req coordinator.AddModelRequest) (coordinator.ModelSpec, error) {
-	var spec coordinator.ModelSpec
-	err := c.Call(ctx, http.MethodPost, coordinator.ModelsPath, req, &spec)
+func (c *Client) AddModel(ctx context.Context, req admin.AddModelRequest) (admin.ModelSpec, error) {
+	var spec admin.ModelSpec
+	err := c.Call(ctx, http.MethodPost, admin.ModelsPath, req, &spec)
 	return spec, err
 }
 
 // RemoveModel removes a model from the registry.
 func (c *Client) RemoveModel(ctx context.Context, name string) error {
-	return c.Call(ctx, http.MethodDelete, coordinator.ModelsPath+"/"+url.PathEscape(name), nil, nil)
+	return c.Call(ctx, http.MethodDelete, admin.ModelsPath+"/"+url.PathEscape(name), nil, nil)
 }
 
 // CreateKey creates an API key; the answer holds the only copy of its secret.
-func (c *Client) CreateKey(ctx context.Context, req coordinator.KeyRequest) (coordinator.CreatedKey, error) {
-	var k coordinator.CreatedKey
-	err := c.Call(ctx, http.MethodPost, coordinator.AdminPath+"keys", req, &k)
+func (c *Client) CreateKey(ctx context.Context, req admin.KeyRequest) (admin.CreatedKey, error) {
+	var k admin.CreatedKey
+	err := c.Call(ctx, http.MethodPost, admin.Path+"keys", req, &k)
 	return k, err
 }
 
 // Keys lists the API keys.
-func (c *Client) Keys(ctx context.Context) ([]coordinator.KeyInfo, error) {
+func (c *Client) Keys(ctx context.Context) ([]admin.KeyInfo, error) {
 	var list struct {
-		Data []coordinator.KeyInfo `json:"data"`
+		Data []admin.KeyInfo `json:"data"`
 	}
-	err := c.Call(ctx, http.MethodGet, coordinator.AdminPath+"keys", nil, &list)
+	err := c.Call(ctx, http.MethodGet, admin.Path+"keys", nil, &list)
 	return list.Data, err
 }
 
 // RevokeKey revokes the key id.
 func (c *Client) RevokeKey(ctx context.Context, id string) error {
-	return c.Call(ctx, http.MethodDelete, coordinator.AdminPath+"keys/"+url.PathEscape(id), nil, nil)
+	return c.Call(ctx, http.MethodDelete, admin.Path+"keys/"+url.PathEscape(id), nil, nil)
 }
 
 // Drain starts draining node; running jobs get timeoutMS to finish (0: the
 // worker's own drain timeout).
-func (c *Client) Drain(ctx context.Context, node string, timeoutMS int64) (coordinator.DrainResponse, error) {
-	var resp coordinator.DrainResponse
-	err := c.Call(ctx, http.MethodPost, coordinator.AdminPath+"drain", map[string]any{"node": node, "timeout_ms": timeoutMS}, &resp)
+func (c *Client) Drain(ctx context.Context, node string, timeoutMS int64) (admin.DrainResponse, error) {
+	var resp admin.DrainResponse
+	err := c.Call(ctx, http.MethodPost, admin.Path+"drain", map[string]any{"node": node, "timeout_ms": timeoutMS}, &resp)
 	return resp, err
 }
 
 // DrainState is node's drain progress.
-func (c *Client) DrainState(ctx context.Context, node string) (coordinator.NodeDrainState, error) {
-	var st coordinator.NodeDrainState
-	err := c.Call(ctx, http.MethodGet, coordinator.AdminPath+"drain/"+url.PathEscape(node), nil, &st)
+func (c *Client) DrainState(ctx context.Context, node string) (admin.NodeDrainState, error) {
+	var st admin.NodeDrainState
+	err := c.Call(ctx, http.MethodGet, admin.Path+"drain/"+url.PathEscape(node), nil, &st)
 	return st, err
 }

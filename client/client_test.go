@@ -5,14 +5,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/cluster"
-	"github.com/macpool/macpool/coordinator"
 )
 
 func TestPrintStatus(t *testing.T) {
-	st := coordinator.Status{
+	st := admin.Status{
 		Coordinator: "c1", Leader: "c1",
-		Nodes: []coordinator.NodeStatus{
+		Nodes: []admin.NodeStatus{
 			{Name: "w1", Role: "worker", Addr: "10.0.0.2:7946", Chip: "Apple M2", Cores: 8, MemoryMB: 16384, Models: []string{"qwen3"}, Slots: 4, Running: 1, Ready: true},
 			{Name: "c1", Role: "coordinator", Addr: "10.0.0.1:7946", Chip: "Apple M1", Cores: 8, MemoryMB: 8192, Raft: "leader", HTTP: "10.0.0.1:8080"},
 		},
@@ -41,7 +41,7 @@ func TestPrintStatus(t *testing.T) {
 
 // `macpool status` shows a Mac's GPU cores from the gossip.
 func TestPrintStatusGPU(t *testing.T) {
-	st := coordinator.Status{Coordinator: "c1", Leader: "c1", Nodes: []coordinator.NodeStatus{
+	st := admin.Status{Coordinator: "c1", Leader: "c1", Nodes: []admin.NodeStatus{
 		{Name: "w1", Role: "worker", Chip: "Apple M4 Max", Cores: 16, MemoryMB: 131072, GPUCores: 40, GPUWorkingMB: 110000},
 		{Name: "w2", Role: "worker", Chip: "Intel Xeon", Cores: 2, MemoryMB: 8192},
 	}}
@@ -55,15 +55,15 @@ func TestPrintStatusGPU(t *testing.T) {
 }
 
 func TestPrintModels(t *testing.T) {
-	list := []coordinator.ModelStatus{
-		{ModelSpec: coordinator.ModelSpec{Name: "Qwen/Qwen3-8B", Source: "Qwen/Qwen3-8B", Managed: true, Size: 16_400_000_000},
+	list := []admin.ModelStatus{
+		{ModelSpec: admin.ModelSpec{Name: "Qwen/Qwen3-8B", Source: "Qwen/Qwen3-8B", Managed: true, Size: 16_400_000_000},
 			Assigned: []string{"studio", "mini"},
-			Workers: []coordinator.WorkerModelState{
+			Workers: []admin.WorkerModelState{
 				{Worker: "studio", State: cluster.ModelReady, From: "source"},
 				{Worker: "mini", State: cluster.ModelFetching, From: "peers", Bytes: 4_100_000_000, Total: 16_400_000_000},
 			}},
-		{ModelSpec: coordinator.ModelSpec{Name: "huge", Source: "/m/huge", SourceNode: "studio", Managed: true}, Assigned: []string{}},
-		{ModelSpec: coordinator.ModelSpec{Name: "static", Source: "worker:w1"}, Workers: []coordinator.WorkerModelState{{Worker: "w1", State: "serving"}}},
+		{ModelSpec: admin.ModelSpec{Name: "huge", Source: "/m/huge", SourceNode: "studio", Managed: true}, Assigned: []string{}},
+		{ModelSpec: admin.ModelSpec{Name: "static", Source: "worker:w1"}, Workers: []admin.WorkerModelState{{Worker: "w1", State: "serving"}}},
 	}
 	var b strings.Builder
 	if err := PrintModels(&b, list); err != nil {

@@ -13,13 +13,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/cluster"
-	"github.com/macpool/macpool/coordinator"
 	"github.com/macpool/macpool/hub"
 )
 
 // sortNodes lists coordinators before workers, each by name.
-func sortNodes(nodes []coordinator.NodeStatus) {
+func sortNodes(nodes []admin.NodeStatus) {
 	sort.Slice(nodes, func(i, j int) bool {
 		if nodes[i].Role != nodes[j].Role {
 			return nodes[i].Role < nodes[j].Role
@@ -29,8 +29,8 @@ func sortNodes(nodes []coordinator.NodeStatus) {
 }
 
 // PrintStatus writes the table of macpool status.
-func PrintStatus(w io.Writer, st coordinator.Status) error {
-	nodes := append([]coordinator.NodeStatus(nil), st.Nodes...)
+func PrintStatus(w io.Writer, st admin.Status) error {
+	nodes := append([]admin.NodeStatus(nil), st.Nodes...)
 	sortNodes(nodes)
 	leader := st.Leader
 	if leader == "" {
@@ -83,7 +83,7 @@ func PrintStatus(w io.Writer, st coordinator.Status) error {
 }
 
 // PrintKeys writes the table of macpool keys list.
-func PrintKeys(w io.Writer, keys []coordinator.KeyInfo) error {
+func PrintKeys(w io.Writer, keys []admin.KeyInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tADMIN\tCREATED\tLAST USED")
 	for _, k := range keys {
@@ -100,7 +100,7 @@ func unixTime(s int64) string {
 }
 
 // PrintModels writes the table of macpool models ls.
-func PrintModels(w io.Writer, list []coordinator.ModelStatus) error {
+func PrintModels(w io.Writer, list []admin.ModelStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSIZE\tSOURCE\tPLACED ON\tWORKERS")
 	for _, m := range list {
@@ -132,7 +132,7 @@ func PrintModels(w io.Writer, list []coordinator.ModelStatus) error {
 }
 
 // stateText is a worker's state, with a progress bar while fetching.
-func stateText(s coordinator.WorkerModelState) string {
+func stateText(s admin.WorkerModelState) string {
 	t := s.State
 	if s.From != "" && (s.State == cluster.ModelFetching || s.State == cluster.ModelReady) {
 		t += " (" + s.From + ")"
@@ -262,7 +262,7 @@ var ErrSource = errors.New("bad model source")
 // ModelSource fills the request's source: a local path is made absolute
 // (workers resolve it themselves) and measured; anything else must parse
 // as a Hugging Face reference.
-func ModelSource(req *coordinator.AddModelRequest, src string) error {
+func ModelSource(req *admin.AddModelRequest, src string) error {
 	if hub.IsLocal(src) {
 		abs, err := filepath.Abs(src)
 		if err != nil {

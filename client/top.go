@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
 	"github.com/macpool/macpool/metrics"
@@ -27,7 +28,7 @@ const clearScreen = "\x1b[H\x1b[2J"
 // Sample is the cluster at one moment.
 type Sample struct {
 	At      time.Time
-	Status  coordinator.Status
+	Status  admin.Status
 	Metrics Metrics
 }
 
@@ -150,7 +151,7 @@ func RenderTop(w io.Writer, prev, cur Sample) {
 	fmt.Fprintf(w, "macpool top — coordinator %s, raft leader %s — %s, rates over %v\n\n",
 		st.Coordinator, leader, cur.At.Format("15:04:05"), d.Round(time.Millisecond))
 
-	nodes := append([]coordinator.NodeStatus(nil), st.Nodes...)
+	nodes := append([]admin.NodeStatus(nil), st.Nodes...)
 	sortNodes(nodes)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tROLE\tCHIP\tMEMORY\tMODELS\tSLOTS BUSY/FREE\tKV FREE\tTOKENS/S")

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/macpool/macpool/api"
+	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
 	"github.com/macpool/macpool/dashboard"
@@ -231,7 +232,7 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 			for _, kv := range f.apiKeys {
 				id, secret, _ := strings.Cut(kv, ":")
 				kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				_, err := c.CreateAPIKey(kctx, coordinator.KeyRequest{ID: id, Name: id, Secret: secret})
+				_, err := c.CreateAPIKey(kctx, admin.KeyRequest{ID: id, Name: id, Secret: secret})
 				cancel()
 				if err != nil && ctx.Err() == nil {
 					return fmt.Errorf("store api key %s: %w", id, err)

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/client"
-	"github.com/macpool/macpool/coordinator"
 )
 
 func init() {
@@ -29,7 +29,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer cancel()
 	switch verb {
 	case "create":
-		var req coordinator.KeyRequest
+		var req admin.KeyRequest
 		fs.StringVar(&req.ID, "id", "", "key id (default: key-<random>); shown in logs and used for fairness")
 		fs.StringVar(&req.Name, "name", "", "description")
 		fs.BoolVar(&req.Admin, "admin", false, "may manage keys and drain nodes (the first key of a cluster must be one)")

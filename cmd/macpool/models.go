@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/client"
-	"github.com/macpool/macpool/coordinator"
 )
 
 func init() {
@@ -37,7 +37,7 @@ func runModels(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	af.register(fs)
 	switch verb {
 	case "add":
-		var req coordinator.AddModelRequest
+		var req admin.AddModelRequest
 		fs.StringVar(&req.Name, "name", "", "name clients use (default: the reference, or the folder's base name)")
 		fs.StringVar(&req.SourceNode, "node", "", "worker that has a local PATH (default: any worker where the path exists)")
 		fs.IntVar(&req.Replicas, "replicas", 0, "place on at most N workers (0: every worker with room)")
