@@ -105,6 +105,7 @@ type coordinatorFlags struct {
 	keyMaxStreams int
 	streamWrite   time.Duration
 	apiKeys       keyFlags
+	modelAliases  aliasFlags // alias.go
 	discovery     discoveryFlags // LAN advertising (observe.go)
 }
 
@@ -136,6 +137,7 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.streamWrite, "stream-write-timeout", api.DefaultConfig().StreamWriteTimeout, "cut off a streaming client that has not read anything for this long, cancelling its generation (0: never)")
 	f.discovery.register(fs)
 	fs.Var(&f.apiKeys, "api-key", "store API key ID:SECRET in the cluster state (hashed; repeatable); once any key is stored, requests need one")
+	fs.Var(&f.modelAliases, "model-alias", "serve model MODEL under the name NAME too, e.g. claude-sonnet-4-5=qwen3.6-35b-a3b for agents that send their vendor's model names (NAME=MODEL; repeatable)")
 }
 
 func (f *coordinatorFlags) config(logger *slog.Logger, httpAddr string) (coordinator.Config, error) {
@@ -221,6 +223,8 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 	acfg.ShutdownTimeout = 5 * time.Second
 	acfg.StreamWriteTimeout = f.streamWrite
 	acfg.Auth = c // anonymous while the cluster stores no API keys
+	acfg.ModelAliases = f.modelAliases
+	acfg.Responses = c.ResponseStore() // Responses API state, cluster-wide
 
 	// Metrics around the service, for /metrics (observe.go).
 	reg, svc := observeCoordinator(c, cfg.Metrics)
