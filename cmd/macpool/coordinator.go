@@ -105,7 +105,7 @@ type coordinatorFlags struct {
 	keyMaxStreams int
 	streamWrite   time.Duration
 	apiKeys       keyFlags
-	modelAliases  aliasFlags // alias.go
+	modelAliases  aliasFlags     // alias.go
 	discovery     discoveryFlags // LAN advertising (observe.go)
 }
 
