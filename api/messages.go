@@ -127,7 +127,8 @@ func ptrTo[T any](v T) *T { return &v }
 // messagesToChat translates a Messages request into the chat request the
 // engine runs. model is the served model (alias resolved).
 //
-// Content mapping: system → a system message; text blocks → text parts;
+// Content mapping: system → a system message (a system message inside
+// messages → a user message marked <system>…</system>, in place); text blocks → text parts;
 // tool_use → assistant tool_calls (input as the arguments JSON); tool_result
 // → tool messages, placed before the user's other blocks of that turn
 // because chat templates expect results right after the calls; an error
@@ -154,6 +155,15 @@ func messagesToChat(r *anthropic.MessagesRequest, model string) (*openai.ChatCom
 	for _, m := range r.Messages {
 		if m.Role == "assistant" {
 			chat.Messages = append(chat.Messages, assistantMessage(m.Content))
+			continue
+		}
+		if m.Role == "system" {
+			// In place, as a user turn that says what it is: Qwen3.5's
+			// template refuses a system message after the first, and
+			// moving it to the top would change the prompt's prefix (and
+			// miss the prefix cache) whenever one is added.
+			text := blocksText(&m.Content)
+			chat.Messages = append(chat.Messages, openai.ChatMessage{Role: openai.RoleUser, Content: openai.TextContent("<system>\n" + text + "\n</system>")})
 			continue
 		}
 		var parts []openai.ContentPart

@@ -11,7 +11,9 @@ import (
 )
 
 // thinkingBudget is the thinking budget to enforce, or 0 for none: thinking
-// enabled with budget_tokens below max_tokens (the parser makes sure it is).
+// enabled with budget_tokens below max_tokens. A budget of max_tokens or
+// more (allowed with interleaved thinking, where it spans the whole turn;
+// Claude Code sends budget = max_tokens) is bounded by max_tokens anyway.
 func thinkingBudget(r *anthropic.MessagesRequest) int {
 	if t := r.Thinking; t != nil && t.Type == "enabled" && t.BudgetTokens > 0 && t.BudgetTokens < r.MaxTokens {
 		return t.BudgetTokens

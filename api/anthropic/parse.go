@@ -20,9 +20,6 @@ func ParseMessagesRequest(data []byte) (*MessagesRequest, *Error) {
 	if e := req.validate(); e != nil {
 		return nil, e
 	}
-	if t := req.Thinking; t.Enabled() && t.BudgetTokens >= req.MaxTokens {
-		return nil, Invalid("thinking.budget_tokens: must be less than max_tokens (%d), got %d", req.MaxTokens, t.BudgetTokens)
-	}
 	return req, nil
 }
 
@@ -75,9 +72,16 @@ func (r *MessagesRequest) validate() *Error {
 		switch m.Role {
 		case "user", "assistant":
 		case "system":
-			return Invalid(`messages.%d.role: "system" is not a message role; use the top-level system parameter`, i)
+			// Mid-conversation system messages (Claude Code sends them
+			// with the mid-conversation-tool-changes beta): text only.
+			for j, b := range m.Content {
+				if b.Type != "text" {
+					return Invalid("messages.%d.content.%d.type: system messages can only hold text blocks, got %q", i, j, b.Type)
+				}
+			}
+			continue
 		default:
-			return Invalid(`messages.%d.role: must be "user" or "assistant", got %q`, i, m.Role)
+			return Invalid(`messages.%d.role: must be "user", "assistant" or "system", got %q`, i, m.Role)
 		}
 		for j, b := range m.Content {
 			at := fmt.Sprintf("messages.%d.content.%d", i, j)
