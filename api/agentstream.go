@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // protocolWriter is how the Messages and Responses surfaces render one
@@ -17,7 +18,7 @@ type protocolWriter interface {
 	open(w *sseWriter)
 	// event renders one event: as frames, and into the aggregate that
 	// finish and the non-streamed answer use.
-	event(w *sseWriter, ev *Event) *openai.Error
+	event(w *sseWriter, ev *job.Event) *openai.Error
 	// finish writes the closing frames after the last event.
 	finish(w *sseWriter, u *openai.Usage, worker string)
 	// fail writes a mid-stream error as the stream's last frames.
@@ -32,7 +33,7 @@ func discardWriter() *sseWriter { return newSSEWriter(nil, 0) }
 // pw with a writer whose frames are dropped. It returns the usage and the
 // last worker, or the error to answer with; gone reports a client that went
 // away (nothing can be written then).
-func collectProto(ctx context.Context, c *gin.Context, st Stream, pw protocolWriter) (u *openai.Usage, worker string, oe *openai.Error, gone bool) {
+func collectProto(ctx context.Context, c *gin.Context, st job.Stream, pw protocolWriter) (u *openai.Usage, worker string, oe *openai.Error, gone bool) {
 	w := discardWriter()
 	for {
 		ev, err := st.Recv(ctx)
@@ -67,7 +68,7 @@ func collectProto(ctx context.Context, c *gin.Context, st Stream, pw protocolWri
 // streamProto streams a job's events through pw. Until the first event
 // arrives nothing is written, so a failure before it is still a plain HTTP
 // error, written by writeErr in the protocol's own shape.
-func (s *Server) streamProto(ctx context.Context, c *gin.Context, st Stream, pw protocolWriter, writeErr func(*gin.Context, *openai.Error)) {
+func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream, pw protocolWriter, writeErr func(*gin.Context, *openai.Error)) {
 	ev, err := st.Recv(ctx)
 	switch {
 	case errors.Is(err, io.EOF):

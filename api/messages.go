@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/macpool/macpool/api/anthropic"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // The Anthropic Messages surface (POST /v1/messages, /v1/messages/count_tokens).
@@ -48,13 +49,13 @@ func (s *Server) messages(c *gin.Context) {
 		return
 	}
 	id := reqID(c)
-	job := &Job{ID: id, Kind: KindChat, Model: chat.Model, APIKey: keyID(c), Chat: chat}
+	j := &job.Job{ID: id, Kind: job.KindChat, Model: chat.Model, APIKey: keyID(c), Chat: chat}
 	ctx := c.Request.Context()
-	var st Stream
+	var st job.Stream
 	if b := thinkingBudget(req); b > 0 {
-		st, e = s.submitBudgeted(ctx, job, req.Model, b)
+		st, e = s.submitBudgeted(ctx, j, req.Model, b)
 	} else {
-		st, e = s.submitAgentJob(ctx, job, req.Model)
+		st, e = s.submitAgentJob(ctx, j, req.Model)
 	}
 	if e != nil {
 		writeAnthropicError(c, e)
@@ -102,9 +103,9 @@ func (s *Server) countTokens(c *gin.Context) {
 	}
 	chat.ToolChoice = nil // a forced tool call would constrain, not count
 	chat.Temperature = ptrTo(0.0)
-	job := &Job{ID: reqID(c), Kind: KindChat, Model: chat.Model, APIKey: keyID(c), Chat: chat}
+	j := &job.Job{ID: reqID(c), Kind: job.KindChat, Model: chat.Model, APIKey: keyID(c), Chat: chat}
 	ctx := c.Request.Context()
-	st, e := s.submitAgentJob(ctx, job, req.Model)
+	st, e := s.submitAgentJob(ctx, j, req.Model)
 	if e != nil {
 		writeAnthropicError(c, e)
 		return
@@ -326,7 +327,7 @@ func (g *messageGen) open(w *sseWriter) {
 	w.event("ping", anthropic.Simple{Type: "ping"})
 }
 
-func (g *messageGen) event(w *sseWriter, ev *Event) *openai.Error {
+func (g *messageGen) event(w *sseWriter, ev *job.Event) *openai.Error {
 	if ev.Choice != 0 {
 		return openai.ServerError("event for choice %d of a messages request", ev.Choice)
 	}

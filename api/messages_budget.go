@@ -8,6 +8,7 @@ import (
 
 	"github.com/macpool/macpool/api/anthropic"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // thinkingBudget is the thinking budget to enforce, or 0 for none: thinking
@@ -30,25 +31,25 @@ func thinkingBudget(r *anthropic.MessagesRequest) int {
 // must answer now. Both phases are ordinary jobs, so failover and the prefix
 // cache apply to each (phase two's prompt extends phase one's). The client
 // sees one stream.
-func (s *Server) submitBudgeted(ctx context.Context, job *Job, requested string, budget int) (Stream, *openai.Error) {
-	first := *job.Chat
+func (s *Server) submitBudgeted(ctx context.Context, req *job.Job, requested string, budget int) (job.Stream, *openai.Error) {
+	first := *req.Chat
 	first.MaxTokens = ptrTo(budget)
-	j1 := *job
+	j1 := *req
 	j1.Chat = &first
 	st, e := s.submitAgentJob(ctx, &j1, requested)
 	if e != nil {
 		return nil, e
 	}
-	return &budgetStream{s: s, job: job, requested: requested, budget: budget, st: st}, nil
+	return &budgetStream{s: s, job: req, requested: requested, budget: budget, st: st}, nil
 }
 
-// budgetStream is the two-phase Stream of submitBudgeted.
+// budgetStream is the two-phase job.Stream of submitBudgeted.
 type budgetStream struct {
 	s         *Server
-	job       *Job // the request as the client sent it (its max_tokens)
+	job       *job.Job // the request as the client sent it (its max_tokens)
 	requested string
 	budget    int
-	st        Stream
+	st        job.Stream
 
 	second    bool
 	reasoning strings.Builder
@@ -58,7 +59,7 @@ type budgetStream struct {
 	usage1    *openai.Usage // phase one's usage, held back
 }
 
-func (b *budgetStream) Recv(ctx context.Context) (*Event, error) {
+func (b *budgetStream) Recv(ctx context.Context) (*job.Event, error) {
 	for {
 		ev, err := b.st.Recv(ctx)
 		if b.second {
@@ -83,7 +84,7 @@ func (b *budgetStream) Recv(ctx context.Context) (*Event, error) {
 				}
 				continue
 			}
-			return &Event{FinishReason: "length", Usage: b.usage1}, nil
+			return &job.Event{FinishReason: "length", Usage: b.usage1}, nil
 		}
 		if err != nil || ev.Err != nil {
 			return ev, err
@@ -125,10 +126,10 @@ func (b *budgetStream) startSecond(ctx context.Context) (next bool, err error) {
 	if e := chat.Validate(); e != nil {
 		return false, e
 	}
-	job := *b.job
-	job.ID = b.s.newID()
-	job.Chat = &chat
-	st, e := b.s.submitAgentJob(ctx, &job, b.requested)
+	cont := *b.job
+	cont.ID = b.s.newID()
+	cont.Chat = &chat
+	st, e := b.s.submitAgentJob(ctx, &cont, b.requested)
 	if e != nil {
 		return false, e
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/macpool/macpool/api/anthropic"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 func postMessages(t *testing.T, url, body string, header map[string]string) *http.Response {
@@ -233,7 +234,7 @@ func TestMessagesErrors(t *testing.T) {
 // TestMessagesStreamError: a failure after the stream started is an
 // Anthropic error event.
 func TestMessagesStreamError(t *testing.T) {
-	svc := &fakeService{events: []Event{
+	svc := &fakeService{events: []job.Event{
 		{Worker: "mac-1", Role: "assistant", Text: "Hel"},
 		{Worker: "mac-1", Err: openai.Unavailable("worker mac-1 went away")},
 	}}
@@ -250,25 +251,25 @@ func TestMessagesStreamError(t *testing.T) {
 // scriptService answers job i with scripts[i] and records the jobs.
 type scriptService struct {
 	fakeService
-	scripts [][]Event
+	scripts [][]job.Event
 	mu      sync.Mutex
 	n       int
 }
 
-func (s *scriptService) Submit(ctx context.Context, job *Job) (Stream, error) {
+func (s *scriptService) Submit(ctx context.Context, j *job.Job) (job.Stream, error) {
 	s.mu.Lock()
 	i := s.n
 	s.n++
 	s.mu.Unlock()
 	s.fakeService.events = s.scripts[min(i, len(s.scripts)-1)]
-	return s.fakeService.Submit(ctx, job)
+	return s.fakeService.Submit(ctx, j)
 }
 
 // TestMessagesThinkingBudget: thinking that runs into budget_tokens is
 // closed there and the answer continues in a second job, one stream to the
 // client.
 func TestMessagesThinkingBudget(t *testing.T) {
-	svc := &scriptService{scripts: [][]Event{
+	svc := &scriptService{scripts: [][]job.Event{
 		{{Role: "assistant", Reasoning: "think "}, {Reasoning: "more"}, {FinishReason: "length", Usage: &openai.Usage{PromptTokens: 10, CompletionTokens: 50, TotalTokens: 60}}},
 		{{Role: "assistant", Text: "Answer."}, {FinishReason: "stop", Usage: &openai.Usage{PromptTokens: 60, CompletionTokens: 3, TotalTokens: 63}}},
 	}}
@@ -305,7 +306,7 @@ func TestMessagesThinkingBudget(t *testing.T) {
 }
 
 func TestCountTokens(t *testing.T) {
-	svc := &fakeService{events: []Event{{Role: "assistant", Text: "x"}, {FinishReason: "length", Usage: &openai.Usage{PromptTokens: 42, CompletionTokens: 1, TotalTokens: 43}}}}
+	svc := &fakeService{events: []job.Event{{Role: "assistant", Text: "x"}, {FinishReason: "length", Usage: &openai.Usage{PromptTokens: 42, CompletionTokens: 1, TotalTokens: 43}}}}
 	_, hs := newTestServer(t, svc, nil)
 	resp := postMessages(t, hs.URL+"/v1/messages/count_tokens", `{"model":"qwen3-8b","system":"s","messages":[{"role":"user","content":"hi"}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"any"}}`, nil)
 	raw, _ := io.ReadAll(resp.Body)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // resolveModel maps an alias (Config.ModelAliases) to the served model.
@@ -22,8 +23,8 @@ func (s *Server) resolveModel(name string) string {
 // unknown model becomes a 404 that lists what the pool serves and how to
 // alias a name: agents send their vendor's model names, and the person
 // setting one up needs to know what to put instead.
-func (s *Server) submitAgentJob(ctx context.Context, job *Job, requested string) (Stream, *openai.Error) {
-	st, err := s.svc.Submit(ctx, job)
+func (s *Server) submitAgentJob(ctx context.Context, j *job.Job, requested string) (job.Stream, *openai.Error) {
+	st, err := s.svc.Submit(ctx, j)
 	if err == nil {
 		return st, nil
 	}

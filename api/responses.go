@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // The OpenAI Responses surface (POST /v1/responses, GET/DELETE
@@ -63,8 +64,8 @@ func (s *Server) responses(c *gin.Context) {
 		writeError(c, e)
 		return
 	}
-	job := &Job{ID: id, Kind: KindChat, Model: chat.Model, APIKey: keyID(c), Chat: chat}
-	st, e := s.submitAgentJob(ctx, job, req.Model)
+	j := &job.Job{ID: id, Kind: job.KindChat, Model: chat.Model, APIKey: keyID(c), Chat: chat}
+	st, e := s.submitAgentJob(ctx, j, req.Model)
 	if e != nil {
 		writeError(c, e)
 		return

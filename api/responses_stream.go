@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // responseGen renders a chat job's events as one Response: output items in
@@ -153,7 +154,7 @@ func (g *responseGen) closeItem(w *sseWriter) {
 	g.cur = -1
 }
 
-func (g *responseGen) event(w *sseWriter, ev *Event) *openai.Error {
+func (g *responseGen) event(w *sseWriter, ev *job.Event) *openai.Error {
 	if ev.Choice != 0 {
 		return openai.ServerError("event for choice %d of a responses request", ev.Choice)
 	}

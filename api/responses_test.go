@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 func responseParams() responses.ResponseNewParams {
@@ -73,10 +74,10 @@ func TestResponsesNonStream(t *testing.T) {
 		t.Errorf("metadata, instructions = %v, %s", resp.Metadata, resp.Instructions.RawJSON())
 	}
 
-	job := svc.lastJob(t)
-	chat := job.Chat
-	if job.Kind != KindChat || chat == nil || len(chat.Messages) != 2 || chat.Messages[0].Role != "system" || chat.Messages[1].Content.String() != "Weather in Paris?" {
-		t.Fatalf("job = %+v", job)
+	j := svc.lastJob(t)
+	chat := j.Chat
+	if j.Kind != job.KindChat || chat == nil || len(chat.Messages) != 2 || chat.Messages[0].Role != "system" || chat.Messages[1].Content.String() != "Weather in Paris?" {
+		t.Fatalf("job = %+v", j)
 	}
 	if chat.MaxNewTokens() != 200 || len(chat.Tools) != 1 || chat.Tools[0].Function.Name != "get_weather" {
 		t.Errorf("chat = max %d tools %+v", chat.MaxNewTokens(), chat.Tools)
@@ -334,7 +335,7 @@ func TestResponsesErrors(t *testing.T) {
 // TestResponsesStreamFailure: an error after the stream started ends it
 // with response.failed carrying the error.
 func TestResponsesStreamFailure(t *testing.T) {
-	svc := &fakeService{events: []Event{
+	svc := &fakeService{events: []job.Event{
 		{Worker: "mac-1", Role: "assistant", Text: "Hel"},
 		{Worker: "mac-1", Err: openai.Unavailable("worker mac-1 went away")},
 	}}

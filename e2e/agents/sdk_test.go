@@ -16,6 +16,7 @@ import (
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -53,8 +54,8 @@ func needNode(t *testing.T, pkgs ...string) string {
 // it; otherwise it echoes the last message.
 type scriptedEngine struct{}
 
-func (scriptedEngine) Generate(ctx context.Context, job *api.Job, emit func(*api.Event) error) error {
-	chat := job.Chat
+func (scriptedEngine) Generate(ctx context.Context, j *job.Job, emit func(*job.Event) error) error {
+	chat := j.Chat
 	if chat == nil {
 		return openai.InvalidRequest("", "scripted engine: chat jobs only")
 	}
@@ -65,7 +66,7 @@ func (scriptedEngine) Generate(ctx context.Context, job *api.Job, emit func(*api
 	last := chat.Messages[len(chat.Messages)-1]
 	text := last.Content.String()
 	n := 0
-	send := func(ev *api.Event) error {
+	send := func(ev *job.Event) error {
 		if n == 0 {
 			ev.Role = "assistant"
 		}
@@ -73,10 +74,10 @@ func (scriptedEngine) Generate(ctx context.Context, job *api.Job, emit func(*api
 		return emit(ev)
 	}
 	if string(chat.ChatTemplateKwargs["enable_thinking"]) == "true" && last.Role != openai.RoleAssistant {
-		if err := send(&api.Event{Reasoning: "The user asks something;"}); err != nil {
+		if err := send(&job.Event{Reasoning: "The user asks something;"}); err != nil {
 			return err
 		}
-		if err := send(&api.Event{Reasoning: " answer it."}); err != nil {
+		if err := send(&job.Event{Reasoning: " answer it."}); err != nil {
 			return err
 		}
 	}
@@ -84,18 +85,18 @@ func (scriptedEngine) Generate(ctx context.Context, job *api.Job, emit func(*api
 	switch {
 	case last.Role == openai.RoleUser && len(chat.Tools) > 0 && strings.Contains(text, "weather") && (chat.ToolChoice == nil || chat.ToolChoice.Mode != openai.ToolChoiceNone):
 		name := chat.Tools[0].Function.Name
-		if err := send(&api.Event{ToolCalls: []openai.ToolCallDelta{{Index: 0, ID: "call_w1", Type: "function", Function: &openai.FunctionCallDelta{Name: name}}}}); err != nil {
+		if err := send(&job.Event{ToolCalls: []openai.ToolCallDelta{{Index: 0, ID: "call_w1", Type: "function", Function: &openai.FunctionCallDelta{Name: name}}}}); err != nil {
 			return err
 		}
-		if err := send(&api.Event{ToolCalls: []openai.ToolCallDelta{{Index: 0, Function: &openai.FunctionCallDelta{Arguments: `{"city":`}}}}); err != nil {
+		if err := send(&job.Event{ToolCalls: []openai.ToolCallDelta{{Index: 0, Function: &openai.FunctionCallDelta{Arguments: `{"city":`}}}}); err != nil {
 			return err
 		}
-		if err := send(&api.Event{ToolCalls: []openai.ToolCallDelta{{Index: 0, Function: &openai.FunctionCallDelta{Arguments: `"Paris"}`}}}}); err != nil {
+		if err := send(&job.Event{ToolCalls: []openai.ToolCallDelta{{Index: 0, Function: &openai.FunctionCallDelta{Arguments: `"Paris"}`}}}}); err != nil {
 			return err
 		}
 		finish = "tool_calls"
 	case last.Role == openai.RoleTool:
-		if err := send(&api.Event{Text: "The tool said: " + text}); err != nil {
+		if err := send(&job.Event{Text: "The tool said: " + text}); err != nil {
 			return err
 		}
 	default:
@@ -108,12 +109,12 @@ func (scriptedEngine) Generate(ctx context.Context, job *api.Job, emit func(*api
 			if i > 0 {
 				w = " " + w
 			}
-			if err := send(&api.Event{Text: w}); err != nil {
+			if err := send(&job.Event{Text: w}); err != nil {
 				return err
 			}
 		}
 	}
-	return emit(&api.Event{FinishReason: finish, Usage: &openai.Usage{PromptTokens: prompt, CompletionTokens: n, TotalTokens: prompt + n,
+	return emit(&job.Event{FinishReason: finish, Usage: &openai.Usage{PromptTokens: prompt, CompletionTokens: n, TotalTokens: prompt + n,
 		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: prompt / 2}}})
 }
 
