@@ -3,6 +3,7 @@ package agents
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -88,16 +89,19 @@ func (p *pool) logs() string {
 	return p.log.String()
 }
 
-// startPool writes a random-weight model whose turns end within a few
-// tokens (testmodel -eos-bias; a context large enough for the agents'
-// prompts) and serves it with `macpool up` under the name qwen3-test and
+// startPool writes a random-weight model (by default one whose turns end
+// within a few tokens, testmodel -eos-bias, with a context large enough
+// for the agents' prompts) and serves it with `macpool up` under the name qwen3-test and
 // the alias claude-sonnet-4-5.
-func startPool(t *testing.T) *pool {
+func startPool(t *testing.T, testmodelArgs ...string) *pool {
 	t.Helper()
 	bin := macpoolBinary(t)
 	dir := t.TempDir()
 	model := filepath.Join(dir, "model")
-	if out, err := exec.Command(bin, "testmodel", "-out", model, "-max-positions", "32768", "-eos-bias", "3").CombinedOutput(); err != nil {
+	if testmodelArgs == nil {
+		testmodelArgs = []string{"-max-positions", "32768", "-eos-bias", "3"}
+	}
+	if out, err := exec.Command(bin, append([]string{"testmodel", "-out", model}, testmodelArgs...)...).CombinedOutput(); err != nil {
 		t.Fatalf("macpool testmodel: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin, "up", "--model", model, "--model-name", "qwen3-test",
@@ -257,4 +261,53 @@ func TestClaudeCodePrint(t *testing.T) {
 		t.Errorf("claude reported an API error")
 	}
 	checkServed(t, p, "/v1/messages")
+}
+
+// TestThinkingBudgetRealEngine: on the real engine with Qwen3.5's template
+// (its prompt opens <think>, so a random model thinks until it runs out),
+// the thinking block of a Messages answer ends at budget_tokens and the
+// answer uses the rest of max_tokens, streamed and not.
+func TestThinkingBudgetRealEngine(t *testing.T) {
+	p := startPool(t, "-template", filepath.Join("..", "..", "testdata", "templates", "Qwen3.5-4B.jinja"))
+	body := `{"model":"qwen3-test","max_tokens":30,"thinking":{"type":"enabled","budget_tokens":8},"messages":[{"role":"user","content":"hi"}]}`
+	resp, err := http.Post(p.url+"/v1/messages", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Content []struct {
+			Type, Text, Thinking string
+		}
+		StopReason string `json:"stop_reason"`
+		Usage      struct {
+			OutputTokens int `json:"output_tokens"`
+		}
+	}
+	err = json.NewDecoder(resp.Body).Decode(&m)
+	resp.Body.Close()
+	if err != nil || len(m.Content) != 2 || m.Content[0].Type != "thinking" || m.Content[1].Type != "text" || m.Content[1].Text == "" {
+		t.Fatalf("message = %+v (%v), want a thinking block then text", m, err)
+	}
+	if m.Usage.OutputTokens != 30 || m.StopReason != "max_tokens" {
+		t.Errorf("usage %d, stop %s: want all 30 tokens used", m.Usage.OutputTokens, m.StopReason)
+	}
+	// Streamed: 8 thinking deltas (one per token) and a signature.
+	resp, err = http.Post(p.url+"/v1/messages", "application/json", strings.NewReader(strings.Replace(body, `"max_tokens"`, `"stream":true,"max_tokens"`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	thinking, text := 0, 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		switch l := sc.Text(); {
+		case strings.Contains(l, `"type":"thinking_delta"`):
+			thinking++
+		case strings.Contains(l, `"type":"text_delta"`):
+			text++
+		}
+	}
+	if thinking == 0 || thinking > 8 || text == 0 {
+		t.Errorf("streamed %d thinking and %d text deltas: want at most 8 (the budget) thinking, then text", thinking, text)
+	}
 }
