@@ -251,12 +251,12 @@ type ResponseBlock struct {
 func (b ResponseBlock) MarshalJSON() ([]byte, error) {
 	switch b.Type {
 	case "text":
-		return json.Marshal(struct {
+		return marshal(struct {
 			Type string `json:"type"`
 			Text string `json:"text"`
 		}{b.Type, b.Text})
 	case "thinking":
-		return json.Marshal(struct {
+		return marshal(struct {
 			Type      string `json:"type"`
 			Thinking  string `json:"thinking"`
 			Signature string `json:"signature"`
@@ -266,7 +266,7 @@ func (b ResponseBlock) MarshalJSON() ([]byte, error) {
 		if len(input) == 0 {
 			input = json.RawMessage("{}")
 		}
-		return json.Marshal(struct {
+		return marshal(struct {
 			Type  string          `json:"type"`
 			ID    string          `json:"id"`
 			Name  string          `json:"name"`
@@ -348,25 +348,38 @@ func (d Delta) MarshalJSON() ([]byte, error) {
 	}
 	switch d.Type {
 	case "text_delta":
-		return json.Marshal(struct {
+		return marshal(struct {
 			kv
 			Text string `json:"text"`
 		}{kv{d.Type}, d.Text})
 	case "thinking_delta":
-		return json.Marshal(struct {
+		return marshal(struct {
 			kv
 			Thinking string `json:"thinking"`
 		}{kv{d.Type}, d.Thinking})
 	case "signature_delta":
-		return json.Marshal(struct {
+		return marshal(struct {
 			kv
 			Signature string `json:"signature"`
 		}{kv{d.Type}, d.Signature})
 	case "input_json_delta":
-		return json.Marshal(struct {
+		return marshal(struct {
 			kv
 			PartialJSON string `json:"partial_json"`
 		}{kv{d.Type}, d.PartialJSON})
 	}
 	return nil, fmt.Errorf("anthropic: unknown delta type %q", d.Type)
+}
+
+// marshal is json.Marshal without HTML escaping ("<" stays "<"), as the
+// API server writes every body: the custom marshalers above would
+// otherwise escape what the server's encoder leaves alone.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

@@ -175,7 +175,7 @@ func (it ResponseItem) MarshalJSON() ([]byte, error) {
 	}
 	switch it.Type {
 	case "message":
-		return json.Marshal(struct {
+		return marshal(struct {
 			ID      string         `json:"id,omitempty"`
 			Type    string         `json:"type"`
 			Status  string         `json:"status,omitempty"`
@@ -183,7 +183,7 @@ func (it ResponseItem) MarshalJSON() ([]byte, error) {
 			Content []ResponsePart `json:"content"`
 		}{it.ID, it.Type, it.Status, it.Role, parts(it.Content)})
 	case "function_call":
-		return json.Marshal(struct {
+		return marshal(struct {
 			ID        string `json:"id,omitempty"`
 			Type      string `json:"type"`
 			Status    string `json:"status,omitempty"`
@@ -193,7 +193,7 @@ func (it ResponseItem) MarshalJSON() ([]byte, error) {
 			Arguments string `json:"arguments"`
 		}{it.ID, it.Type, it.Status, it.CallID, it.Namespace, it.Name, it.Arguments})
 	case "function_call_output":
-		return json.Marshal(struct {
+		return marshal(struct {
 			ID     string `json:"id,omitempty"`
 			Type   string `json:"type"`
 			Status string `json:"status,omitempty"`
@@ -201,7 +201,7 @@ func (it ResponseItem) MarshalJSON() ([]byte, error) {
 			Output string `json:"output"`
 		}{it.ID, it.Type, it.Status, it.CallID, it.Output})
 	case "reasoning":
-		return json.Marshal(struct {
+		return marshal(struct {
 			ID               string         `json:"id"`
 			Type             string         `json:"type"`
 			Status           string         `json:"status,omitempty"`
@@ -252,19 +252,19 @@ func (p *ResponsePart) UnmarshalJSON(data []byte) error {
 func (p ResponsePart) MarshalJSON() ([]byte, error) {
 	switch p.Type {
 	case "output_text":
-		return json.Marshal(struct {
+		return marshal(struct {
 			Type        string `json:"type"`
 			Text        string `json:"text"`
 			Annotations []any  `json:"annotations"`
 			Logprobs    []any  `json:"logprobs"`
 		}{p.Type, p.Text, []any{}, []any{}})
 	case "refusal":
-		return json.Marshal(struct {
+		return marshal(struct {
 			Type    string `json:"type"`
 			Refusal string `json:"refusal"`
 		}{p.Type, p.Refusal})
 	}
-	return json.Marshal(struct {
+	return marshal(struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
 	}{p.Type, p.Text})
@@ -292,12 +292,12 @@ type ResponseToolChoice struct {
 // MarshalJSON writes the wire form.
 func (t ResponseToolChoice) MarshalJSON() ([]byte, error) {
 	if t.Mode == ToolChoiceFunction {
-		return json.Marshal(struct {
+		return marshal(struct {
 			Type string `json:"type"`
 			Name string `json:"name"`
 		}{"function", t.Function})
 	}
-	return json.Marshal(t.Mode)
+	return marshal(t.Mode)
 }
 
 // UnmarshalJSON accepts a mode string or a function object.
@@ -447,4 +447,17 @@ type ResponseEvent struct {
 	Code    *string `json:"code,omitempty"`
 	Message string  `json:"message,omitempty"`
 	Param   *string `json:"param,omitempty"`
+}
+
+// marshal is json.Marshal without HTML escaping ("<" stays "<"), as the
+// API server writes every body: the custom marshalers above would
+// otherwise escape what the server's encoder leaves alone.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
