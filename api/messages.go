@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/base64"
+	"fmt"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -150,10 +151,17 @@ func messagesToChat(r *anthropic.MessagesRequest, model string) (*openai.ChatCom
 	if r.Metadata != nil {
 		chat.User = r.Metadata.UserID
 	}
-	if sys := r.System.String(); r.System != nil {
-		chat.Messages = append(chat.Messages, openai.ChatMessage{Role: openai.RoleSystem, Content: openai.TextContent(sys)})
+	var system []string
+	if r.System != nil {
+		system = append(system, r.System.String())
 	}
+	leading := true // system messages before the first turn join the system prompt
 	for _, m := range r.Messages {
+		if m.Role == "system" && leading {
+			system = append(system, blocksText(&m.Content))
+			continue
+		}
+		leading = false
 		if m.Role == "assistant" {
 			chat.Messages = append(chat.Messages, assistantMessage(m.Content))
 			continue
@@ -187,6 +195,9 @@ func messagesToChat(r *anthropic.MessagesRequest, model string) (*openai.ChatCom
 			}
 			chat.Messages = append(chat.Messages, openai.ChatMessage{Role: openai.RoleUser, Content: content})
 		}
+	}
+	if len(system) > 0 {
+		chat.Messages = append([]openai.ChatMessage{{Role: openai.RoleSystem, Content: openai.TextContent(strings.Join(system, "\n\n"))}}, chat.Messages...)
 	}
 	for _, t := range r.Tools {
 		params := t.InputSchema
@@ -355,7 +366,7 @@ func (g *messageGen) event(w *sseWriter, ev *job.Event) *openai.Error {
 				b.Name = d.Function.Name
 			}
 			if b.ID == "" {
-				b.ID = "toolu_" + g.id
+				b.ID = fmt.Sprintf("toolu_%s_%d", g.id, d.Index)
 			}
 			i = g.openBlock(w, b)
 			g.tools[d.Index] = i

@@ -105,9 +105,10 @@ func (s *Server) responses(c *gin.Context) {
 // that input_items can page by id.
 func numberItems(items []openai.ResponseItem, reqID string, offset int) []openai.ResponseItem {
 	out := make([]openai.ResponseItem, len(items))
+	prefix := map[string]string{"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 	for i, it := range items {
-		if it.ID == "" && it.Type == "message" {
-			it.ID = fmt.Sprintf("msg_%s_in%d", reqID, offset+i)
+		if it.ID == "" {
+			it.ID = fmt.Sprintf("%s_%s_in%d", prefix[it.Type], reqID, offset+i)
 		}
 		out[i] = it
 	}
@@ -168,8 +169,10 @@ func parseResponseRequest(body []byte) (*openai.ResponseRequest, *openai.Error) 
 // items) into the chat request the engine runs. It returns the namespace of
 // every function that came from a namespace tool, for the output items.
 //
-// Items: instructions → a system message; message → a message of its role
-// (text parts joined); reasoning → the reasoning_content of the next
+// Items: instructions and the leading system/developer messages → one
+// system message; a later system/developer message → a user turn marked
+// <system>…</system>; other messages → a message of their role (text
+// parts joined); reasoning → the reasoning_content of the next
 // assistant message; function_call → a tool call of the assistant message
 // it follows (or a new one); function_call_output → a tool message.
 func responsesToChat(r *openai.ResponseRequest, items []openai.ResponseItem, model string) (*openai.ChatCompletionRequest, map[string]string, *openai.Error) {
@@ -184,9 +187,16 @@ func responsesToChat(r *openai.ResponseRequest, items []openai.ResponseItem, mod
 	if r.MaxOutputTokens != nil {
 		chat.MaxCompletionTokens = r.MaxOutputTokens
 	}
+	// One system message: the instructions and every system or developer
+	// message before the first other item (Codex sends two developer
+	// messages). Qwen3.5's template refuses a second system message and
+	// knows no developer role; a later one goes in place as a user turn
+	// marked <system>…</system>, which keeps the prompt's prefix stable.
+	var system []string
 	if r.Instructions != "" {
-		chat.Messages = append(chat.Messages, openai.ChatMessage{Role: openai.RoleSystem, Content: openai.TextContent(r.Instructions)})
+		system = append(system, r.Instructions)
 	}
+	leading := true
 	var reasoning strings.Builder // pending for the next assistant message
 	lastAssistant := func() *openai.ChatMessage {
 		if n := len(chat.Messages); n > 0 && chat.Messages[n-1].Role == openai.RoleAssistant {
@@ -196,6 +206,9 @@ func responsesToChat(r *openai.ResponseRequest, items []openai.ResponseItem, mod
 	}
 	for i, it := range items {
 		at := fmt.Sprintf("input[%d]", i)
+		if it.Type != "message" || (it.Role != openai.RoleSystem && it.Role != openai.RoleDeveloper) {
+			leading = false
+		}
 		switch it.Type {
 		case "message":
 			var text strings.Builder
@@ -212,7 +225,14 @@ func responsesToChat(r *openai.ResponseRequest, items []openai.ResponseItem, mod
 				}
 			}
 			switch it.Role {
-			case openai.RoleUser, openai.RoleSystem, openai.RoleDeveloper:
+			case openai.RoleSystem, openai.RoleDeveloper:
+				if leading {
+					system = append(system, text.String())
+				} else {
+					chat.Messages = append(chat.Messages, openai.ChatMessage{Role: openai.RoleUser, Content: openai.TextContent("<system>\n" + text.String() + "\n</system>")})
+				}
+				continue
+			case openai.RoleUser:
 				chat.Messages = append(chat.Messages, openai.ChatMessage{Role: it.Role, Content: openai.TextContent(text.String())})
 			case openai.RoleAssistant:
 				chat.Messages = append(chat.Messages, openai.ChatMessage{Role: openai.RoleAssistant, Content: openai.TextContent(text.String()), ReasoningContent: reasoning.String()})
@@ -256,6 +276,9 @@ func responsesToChat(r *openai.ResponseRequest, items []openai.ResponseItem, mod
 		default:
 			return nil, nil, openai.InvalidRequest(at+".type", "input item type %q is not supported (supported: message, reasoning, function_call, function_call_output)", it.Type)
 		}
+	}
+	if len(system) > 0 {
+		chat.Messages = append([]openai.ChatMessage{{Role: openai.RoleSystem, Content: openai.TextContent(strings.Join(system, "\n\n"))}}, chat.Messages...)
 	}
 	namespaces := map[string]string{}
 	for i, t := range r.Tools {

@@ -271,7 +271,7 @@ func TestResponsesRequestMapping(t *testing.T) {
 	for _, m := range chat.Messages {
 		roles = append(roles, m.Role)
 	}
-	if want := []string{"developer", "user", "assistant", "tool"}; !slices.Equal(roles, want) {
+	if want := []string{"system", "user", "assistant", "tool"}; !slices.Equal(roles, want) {
 		t.Errorf("roles = %v, want %v", roles, want)
 	}
 	if m := chat.Messages[2]; m.ReasoningContent != "hmm" || len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Arguments != `{"x":1}` {
@@ -367,5 +367,27 @@ func TestResponsesStreamFailure(t *testing.T) {
 	}
 	if last.Response == nil || last.Response.Status != "failed" || last.Response.Error == nil || !strings.Contains(last.Response.Error.Message, "went away") {
 		t.Errorf("last event = %+v", last)
+	}
+}
+
+// TestResponsesSystemMessages: instructions and leading system/developer
+// messages become one system message (Qwen3.5's template takes one and no
+// developer role); a later one stays in place as a marked user turn.
+func TestResponsesSystemMessages(t *testing.T) {
+	svc := &fakeService{events: scriptedChat()}
+	_, hs := newTestServer(t, svc, nil)
+	body := `{"model":"m","instructions":"i","input":[{"role":"developer","content":"d1"},{"role":"system","content":"d2"},
+		{"role":"user","content":"u"},{"role":"developer","content":"late"}]}`
+	resp, err := http.Post(hs.URL+"/v1/responses", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var got []string
+	for _, m := range svc.lastJob(t).Chat.Messages {
+		got = append(got, m.Role+":"+m.Content.String())
+	}
+	if want := []string{"system:i\n\nd1\n\nd2", "user:u", "user:<system>\nlate\n</system>"}; !slices.Equal(got, want) {
+		t.Errorf("messages = %q, want %q", got, want)
 	}
 }

@@ -89,18 +89,14 @@ func (p *pool) logs() string {
 	return p.log.String()
 }
 
-// startPool writes a random-weight model (by default one whose turns end
-// within a few tokens, testmodel -eos-bias, with a context large enough
-// for the agents' prompts) and serves it with `macpool up` under the name qwen3-test and
+// startPool writes a random-weight model (macpool testmodel with
+// testmodelArgs) and serves it with `macpool up` under the name qwen3-test and
 // the alias claude-sonnet-4-5.
 func startPool(t *testing.T, testmodelArgs ...string) *pool {
 	t.Helper()
 	bin := macpoolBinary(t)
 	dir := t.TempDir()
 	model := filepath.Join(dir, "model")
-	if testmodelArgs == nil {
-		testmodelArgs = []string{"-max-positions", "32768", "-eos-bias", "3"}
-	}
 	if out, err := exec.Command(bin, append([]string{"testmodel", "-out", model}, testmodelArgs...)...).CombinedOutput(); err != nil {
 		t.Fatalf("macpool testmodel: %v\n%s", err, out)
 	}
@@ -217,13 +213,31 @@ func runAgent(t *testing.T, env []string, bin string, args ...string) string {
 	return string(out)
 }
 
+// agentTemplates are the chat templates the agent runs are repeated with:
+// the tokenizer's (Qwen3) and Qwen3.5's (also Qwen3.6's), which takes one
+// system message, no developer role, and opens <think> in the prompt.
+var agentTemplates = []struct{ name, file string }{
+	{"qwen3", ""},
+	{"qwen3.5", "Qwen3.5-4B.jinja"},
+}
+
+func agentPool(t *testing.T, template string) *pool {
+	args := []string{"-max-positions", "32768", "-eos-bias", "3"}
+	if template != "" {
+		args = append(args, "-template", filepath.Join("..", "..", "testdata", "templates", template))
+	}
+	return startPool(t, args...)
+}
+
 // TestCodexExec: `codex exec` with a custom provider on the Responses wire
 // completes a turn.
 func TestCodexExec(t *testing.T) {
 	codex := needAgent(t, "@openai/codex", "codex")
-	p := startPool(t)
-	home := t.TempDir()
-	config := fmt.Sprintf(`model = "qwen3-test"
+	for _, tmpl := range agentTemplates {
+		t.Run(tmpl.name, func(t *testing.T) {
+			p := agentPool(t, tmpl.file)
+			home := t.TempDir()
+			config := fmt.Sprintf(`model = "qwen3-test"
 model_provider = "macpool"
 web_search = "disabled"
 
@@ -233,34 +247,40 @@ base_url = "%s/v1"
 wire_api = "responses"
 env_key = "MACPOOL_API_KEY"
 `, p.url)
-	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(config), 0o644); err != nil {
-		t.Fatal(err)
+			if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := runAgent(t, []string{"CODEX_HOME=" + home, "MACPOOL_API_KEY=sk-local"}, codex, "exec", "--skip-git-repo-check", "Say hi.")
+			if strings.Contains(out, "ERROR:") {
+				t.Errorf("codex reported an error")
+			}
+			checkServed(t, p, "/v1/responses")
+		})
 	}
-	out := runAgent(t, []string{"CODEX_HOME=" + home, "MACPOOL_API_KEY=sk-local"}, codex, "exec", "--skip-git-repo-check", "Say hi.")
-	if strings.Contains(out, "ERROR:") {
-		t.Errorf("codex reported an error")
-	}
-	checkServed(t, p, "/v1/responses")
 }
 
 // TestClaudeCodePrint: `claude -p` with ANTHROPIC_BASE_URL completes a
 // turn, under the operator's alias for a Claude model name.
 func TestClaudeCodePrint(t *testing.T) {
 	claude := needAgent(t, "@anthropic-ai/claude-code", "claude")
-	p := startPool(t)
-	env := []string{
-		"HOME=" + t.TempDir(), // no user settings, no login
-		"ANTHROPIC_BASE_URL=" + p.url,
-		"ANTHROPIC_API_KEY=sk-local",
-		"ANTHROPIC_DEFAULT_HAIKU_MODEL=claude-sonnet-4-5", // its background calls
-		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
-		"CLAUDE_CODE_MAX_OUTPUT_TOKENS=1024", // the request must fit the model's context
+	for _, tmpl := range agentTemplates {
+		t.Run(tmpl.name, func(t *testing.T) {
+			p := agentPool(t, tmpl.file)
+			env := []string{
+				"HOME=" + t.TempDir(), // no user settings, no login
+				"ANTHROPIC_BASE_URL=" + p.url,
+				"ANTHROPIC_API_KEY=sk-local",
+				"ANTHROPIC_DEFAULT_HAIKU_MODEL=claude-sonnet-4-5", // its background calls
+				"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+				"CLAUDE_CODE_MAX_OUTPUT_TOKENS=1024", // the request must fit the model's context
+			}
+			out := runAgent(t, env, claude, "-p", "--model", "claude-sonnet-4-5", "Say hi.")
+			if strings.Contains(out, "API Error") {
+				t.Errorf("claude reported an API error")
+			}
+			checkServed(t, p, "/v1/messages")
+		})
 	}
-	out := runAgent(t, env, claude, "-p", "--model", "claude-sonnet-4-5", "Say hi.")
-	if strings.Contains(out, "API Error") {
-		t.Errorf("claude reported an API error")
-	}
-	checkServed(t, p, "/v1/messages")
 }
 
 // TestThinkingBudgetRealEngine: on the real engine with Qwen3.5's template
