@@ -2,8 +2,8 @@ package api
 
 import (
 	"encoding/base64"
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 
