@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -241,10 +242,14 @@ func responsesToChat(r *openai.ResponseRequest, items []openai.ResponseItem, mod
 				return nil, nil, openai.InvalidRequest(at+".role", "%s.role must be user, assistant, system or developer, got %q", at, it.Role)
 			}
 		case "reasoning":
-			for _, p := range it.Content {
-				reasoning.WriteString(p.Text)
-			}
-			if len(it.Content) == 0 {
+			switch text, ok := openReasoning(it.EncryptedContent); {
+			case len(it.Content) > 0:
+				for _, p := range it.Content {
+					reasoning.WriteString(p.Text)
+				}
+			case ok:
+				reasoning.WriteString(text)
+			default:
 				for _, p := range it.Summary {
 					reasoning.WriteString(p.Text)
 				}
@@ -377,6 +382,10 @@ func (s *Server) loadResponse(ctx context.Context, id, param string) (*storedRes
 }
 
 func (s *Server) getResponse(c *gin.Context) {
+	if c.Query("stream") == "true" {
+		writeError(c, openai.InvalidRequest("stream", "streaming a stored response again is not supported; get it without stream"))
+		return
+	}
 	sr, e := s.loadResponse(c.Request.Context(), c.Param("id"), "response_id")
 	if e != nil {
 		writeError(c, e)
@@ -446,4 +455,30 @@ func (s *Server) responseInputItems(c *gin.Context) {
 		list.FirstID, list.LastID = &list.Data[0].ID, &list.Data[n-1].ID
 	}
 	writeJSON(c, http.StatusOK, list)
+}
+
+// Reasoning in encrypted_content. A stateless client (Codex: store false,
+// include reasoning.encrypted_content) sends reasoning items back with
+// their summary and encrypted_content only, not their content. The
+// thinking is not secret here, so encrypted_content carries it, sealed
+// only against accidental edits, so that the next request can give it back
+// to the model (Qwen templates show the thinking of the current turn's
+// earlier tool-call steps).
+const sealedReasoningPrefix = "macpool.r1:"
+
+func sealReasoning(text string) *string {
+	s := sealedReasoningPrefix + base64.StdEncoding.EncodeToString([]byte(text))
+	return &s
+}
+
+func openReasoning(sealed *string) (string, bool) {
+	if sealed == nil {
+		return "", false
+	}
+	b64, ok := strings.CutPrefix(*sealed, sealedReasoningPrefix)
+	if !ok {
+		return "", false
+	}
+	b, err := base64.StdEncoding.DecodeString(b64)
+	return string(b), err == nil
 }

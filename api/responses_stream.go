@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/macpool/macpool/api/openai"
@@ -25,6 +26,8 @@ type responseGen struct {
 	resp       openai.Response // the snapshot; Output grows as items close
 	namespaces map[string]string
 	persist    func(*openai.Response) // stores the final response; nil = store false
+	// sealReasoning: include has reasoning.encrypted_content.
+	sealReasoning bool
 
 	seq   int
 	cur   int // index in resp.Output of the open item, -1 = none
@@ -34,7 +37,7 @@ type responseGen struct {
 }
 
 func newResponseGen(id string, r *openai.ResponseRequest, created int64, namespaces map[string]string) *responseGen {
-	g := &responseGen{cur: -1, tools: map[int]int{}, namespaces: namespaces}
+	g := &responseGen{cur: -1, tools: map[int]int{}, namespaces: namespaces, sealReasoning: slices.Contains(r.Include, "reasoning.encrypted_content")}
 	g.resp = openai.Response{
 		ID: id, Object: "response", CreatedAt: created, Status: "in_progress", Model: r.Model,
 		MaxOutputTokens: r.MaxOutputTokens, Output: []openai.ResponseItem{}, ParallelToolCalls: r.ParallelToolCalls == nil || *r.ParallelToolCalls,
@@ -135,6 +138,9 @@ func (g *responseGen) closeItem(w *sseWriter) {
 	case "reasoning":
 		part := openai.ResponsePart{Type: "reasoning_text", Text: text}
 		it.Content = []openai.ResponsePart{part}
+		if g.sealReasoning {
+			it.EncryptedContent = sealReasoning(text)
+		}
 		g.send(w, openai.ResponseEvent{Type: "response.reasoning_text.done", ItemID: it.ID, OutputIndex: ptrInt(idx), ContentIndex: ptrInt(0), Text: &text})
 		g.send(w, openai.ResponseEvent{Type: "response.content_part.done", ItemID: it.ID, OutputIndex: ptrInt(idx), ContentIndex: ptrInt(0), Part: &part})
 	case "message":

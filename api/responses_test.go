@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -389,5 +390,36 @@ func TestResponsesSystemMessages(t *testing.T) {
 	}
 	if want := []string{"system:i\n\nd1\n\nd2", "user:u", "user:<system>\nlate\n</system>"}; !slices.Equal(got, want) {
 		t.Errorf("messages = %q, want %q", got, want)
+	}
+}
+
+// TestResponsesEncryptedReasoning: with include reasoning.encrypted_content
+// the reasoning comes back sealed, and a stateless next request that sends
+// only the sealed form (as Codex does) gives the model its thinking again.
+func TestResponsesEncryptedReasoning(t *testing.T) {
+	svc := &fakeService{events: scriptedChat()}
+	_, hs := newTestServer(t, svc, nil)
+	resp, err := http.Post(hs.URL+"/v1/responses", "application/json", strings.NewReader(`{"model":"m","input":"hi","store":false,"include":["reasoning.encrypted_content"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r openai.Response
+	json.NewDecoder(resp.Body).Decode(&r)
+	resp.Body.Close()
+	rs := r.Output[0]
+	if rs.Type != "reasoning" || rs.EncryptedContent == nil {
+		t.Fatalf("reasoning item = %+v", rs)
+	}
+	next := fmt.Sprintf(`{"model":"m","store":false,"input":[{"role":"user","content":"hi"},
+		{"type":"reasoning","id":%q,"summary":[],"encrypted_content":%q},
+		{"type":"function_call","call_id":"call_1","name":"get_weather","arguments":"{}"},
+		{"type":"function_call_output","call_id":"call_1","output":"sunny"}]}`, rs.ID, *rs.EncryptedContent)
+	resp, err = http.Post(hs.URL+"/v1/responses", "application/json", strings.NewReader(next))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if m := svc.lastJob(t).Chat.Messages[1]; m.Role != "assistant" || m.ReasoningContent != "The user wants the weather." {
+		t.Errorf("assistant = %+v, want the unsealed thinking", m)
 	}
 }
