@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 )
 
@@ -40,6 +41,15 @@ type Config struct {
 	// coordinator's is cluster-wide; nil keeps them in this process
 	// (NewMemoryResponseStore), which only suits a single coordinator.
 	Responses ResponseStore
+
+	// Admin serves macpool's own endpoints beside the OpenAI ones (keys,
+	// drain, model registry, cluster status: api/admin); nil: not served.
+	Admin Admin
+	// Handlers are served on the same router for GET and HEAD, without
+	// Auth, by http.ServeMux-style path: "/metrics" that path only,
+	// "/dashboard/" the whole subtree, "/{$}" the root only. They must
+	// not overlap the API's routes.
+	Handlers map[string]http.Handler
 }
 
 // DefaultConfig is a server on :8080 without authentication.
@@ -81,5 +91,5 @@ func (c Config) Validate() error {
 			return fmt.Errorf("api model alias %s=%s must point at a served model, not at alias %s", alias, model, model)
 		}
 	}
-	return nil
+	return validateHandlers(c.Handlers)
 }
