@@ -129,9 +129,9 @@ func ptrTo[T any](v T) *T { return &v }
 // messagesToChat translates a Messages request into the chat request the
 // engine runs. model is the served model (alias resolved).
 //
-// Content mapping: system → a system message (a system message inside
-// messages → a user message marked <system>…</system>, in place); text blocks → text parts;
-// tool_use → assistant tool_calls (input as the arguments JSON); tool_result
+// Content mapping: system, and system messages before the first turn → one
+// system message; a later system message → a user turn marked
+// <system>…</system>, in place; text blocks → text parts; tool_use → assistant tool_calls (input as the arguments JSON); tool_result
 // → tool messages, placed before the user's other blocks of that turn
 // because chat templates expect results right after the calls; an error
 // result is marked in its text, chat templates having no flag for it;
