@@ -318,3 +318,23 @@ func TestCountTokens(t *testing.T) {
 		t.Errorf("count job = max %d choice %+v tools %d", chat.MaxNewTokens(), chat.ToolChoice, len(chat.Tools))
 	}
 }
+
+// TestMessagesSystemMessages: the system prompt and system messages before
+// the first turn become one system message; a later one stays in place as
+// a marked user turn (Qwen3.5's template takes one system message, first).
+func TestMessagesSystemMessages(t *testing.T) {
+	svc := &fakeService{events: scriptedChat()}
+	_, hs := newTestServer(t, svc, nil)
+	resp := postMessages(t, hs.URL+"/v1/messages", `{"model":"m","max_tokens":5,"system":"s","messages":[
+		{"role":"system","content":"early"},{"role":"user","content":"u"},{"role":"system","content":[{"type":"text","text":"late"}]}]}`, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	var got []string
+	for _, m := range svc.lastJob(t).Chat.Messages {
+		got = append(got, m.Role+":"+m.Content.String())
+	}
+	if want := []string{"system:s\n\nearly", "user:u", "user:<system>\nlate\n</system>"}; !slices.Equal(got, want) {
+		t.Errorf("messages = %q, want %q", got, want)
+	}
+}
