@@ -41,6 +41,7 @@ type Checkpoint struct {
 	cfg     *Config
 	tensors map[string]*tensor.Host
 	names   []string
+	stage   Stage // zero: the whole model (see Stage)
 
 	closer    io.Closer
 	closeOnce sync.Once
@@ -50,7 +51,7 @@ type Checkpoint struct {
 // Open opens a model folder with config.json and safetensors weights, or a
 // .gguf file.
 func Open(dir string) (*Checkpoint, error) {
-	if strings.HasSuffix(strings.ToLower(dir), ".gguf") {
+	if isGGUF(dir) {
 		return openGGUF(dir)
 	}
 	st, err := os.Stat(dir)
@@ -88,6 +89,9 @@ func Open(dir string) (*Checkpoint, error) {
 	}
 	return New(dir, cfg, tensors, set)
 }
+
+// isGGUF is the one test of whether a path names a GGUF file.
+func isGGUF(path string) bool { return strings.HasSuffix(strings.ToLower(path), ".gguf") }
 
 // New builds a Checkpoint from tensors already under canonical names (for
 // loaders such as GGUF). closer (may be nil) is closed by Close and should
