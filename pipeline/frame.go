@@ -1,8 +1,10 @@
-// Package pipeline carries a pipelined model's batches from one stage's
-// worker to the next (engine.Model.ForwardStage): length-prefixed frames of
-// a batch's sequences and hidden states over TCP with mutual TLS against the
-// cluster CA (cluster.Secret.NodeTLS), one long-lived connection per stage
-// boundary.
+// Package pipeline runs a model too big for one worker as a chain of stages
+// (engine.Model.ForwardStage). It carries the batches from one stage's worker
+// to the next: length-prefixed frames of a batch's sequences and hidden
+// states over TCP with mutual TLS against the cluster CA
+// (cluster.Secret.NodeTLS), one long-lived connection per stage boundary;
+// and it places the stages (Place, place.go): workers' free memory →
+// contiguous layer ranges.
 //
 // Why not NATS, which carries everything else: a hidden-state frame is large
 // (a 512-token prefill chunk of a 4096-wide model is 8 MiB, past NATS' 1 MiB

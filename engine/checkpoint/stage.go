@@ -194,3 +194,30 @@ func (ck *Checkpoint) Files() []string {
 	sort.Strings(out)
 	return out
 }
+
+// LayerBytes is the stored size of the tensors of each decoder layer
+// ([NumHiddenLayers], zero for layers the checkpoint does not hold), of the
+// token embedding and of the final norm with the LM head (the embedding
+// again when the head is tied): what placing the model as stages needs.
+func (ck *Checkpoint) LayerBytes() (layers []int64, embed, head int64) {
+	layers = make([]int64, ck.cfg.NumHiddenLayers)
+	for name, h := range ck.tensors {
+		n := storedBytes(h)
+		if i, ok := LayerIndex(name); ok {
+			if i < len(layers) {
+				layers[i] += n
+			}
+			continue
+		}
+		switch name {
+		case "model.embed_tokens.weight":
+			embed = n
+		default: // model.norm.weight, lm_head.weight
+			head += n
+		}
+	}
+	if _, ok := ck.tensors["lm_head.weight"]; !ok {
+		head += embed
+	}
+	return layers, embed, head
+}
