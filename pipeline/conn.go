@@ -74,7 +74,10 @@ func Listen(addr string, cfg Config) (*Listener, error) {
 func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
 
 // Accept waits for a peer and completes the mutual-TLS handshake. It
-// returns when ctx ends (ctx.Err()) or the listener is closed.
+// returns when ctx ends (ctx.Err()) or the listener is closed
+// (net.ErrClosed). A peer that fails the handshake (another cluster, no
+// certificate) makes Accept return an error naming it; the listener stays
+// open, so a serving loop logs it and accepts again.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	stop := context.AfterFunc(ctx, func() {
 		if d, ok := l.ln.(interface{ SetDeadline(time.Time) error }); ok {

@@ -76,7 +76,8 @@ type Seq struct {
 
 // Frame is one batch crossing a stage boundary: the sequences and the
 // hidden states of all their tokens, [Rows × Cols] row-major with Rows the
-// sum of len(Tokens).
+// sum of len(Tokens). A frame with Cols 0 carries tokens only (the last
+// stage's sampled tokens going back to the first).
 type Frame struct {
 	// Batch identifies the pass (the sender numbers them); a reply or an
 	// error names it.
