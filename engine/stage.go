@@ -3,7 +3,8 @@ package engine
 // Pipeline stages. A model too big for one machine runs as a chain of
 // stages, each a Model loaded with Options.Stage (or NewStage) holding the
 // decoder layers [First, Last) and only their weights: the first stage also
-// the token embedding, the last the final norm and the LM head. A batch goes
+// the token embedding, the last the final norm and the LM head (Stage.NoHead
+// leaves those to a head-only stage). A batch goes
 // through the chain with ForwardStage: the first stage takes token ids and
 // returns the hidden states leaving its last layer, every further stage
 // takes those and returns its own, and the last returns logits.
@@ -42,11 +43,12 @@ var ErrStage = errors.New("model is a pipeline stage")
 type StageArch interface {
 	// ForwardStage runs the stage's layers over the batch. in is
 	// [len(b.Tokens), HiddenSize()] holding the hidden states entering the
-	// stage's first layer (the arch may overwrite it and return it as its
-	// result; the caller releases it either way, once), or nil on the first stage, which embeds b.Tokens. A stage that
-	// is not the last returns the hidden states leaving its last layer for
-	// every row, [len(b.Tokens), HiddenSize()]; the last stage returns the
-	// logits of b.Outputs, as Forward. The caller releases the result.
+	// stage's first layer, or nil on the first stage, which embeds
+	// b.Tokens; the arch may overwrite in and return it as its result (the
+	// caller releases it either way, once). A stage that is not the last
+	// returns the hidden states leaving its last layer for every row,
+	// [len(b.Tokens), HiddenSize()]; the last stage returns the logits of
+	// b.Outputs, as Forward. The caller releases the result.
 	ForwardStage(b *Batch, in Tensor) (Tensor, error)
 	HiddenSize() int
 }
