@@ -252,6 +252,9 @@ func (m *Model) NewKVPool(cfg KVPoolConfig) (*KVPool, error) {
 		p.bytes += int64(2 * s.heads * s.dim * cfg.BlockSize * valueBytes)
 	}
 	if p.bytes == 0 {
+		if !m.whole() {
+			return nil, fmt.Errorf("kv pool: stage %v has no attention layers (use per-sequence caches: Model.NewCache)", m.stage)
+		}
 		return nil, fmt.Errorf("kv pool: model has no attention layers")
 	}
 	n := cfg.MaxBlocks
@@ -322,7 +325,7 @@ func (p *KVPool) NeedsSnapshots() bool { return p.needSnap && p.canSnap && p.cfg
 // DeltaNetChunk. There a prompt's recurrent state is made of whole delta-rule
 // chunks, the same bits however the prompt was split into calls, so a
 // sequence resuming from it computes what it would have computed without it
-// (docs/notes/invariance.md).
+// (docs/engine.md, "Batch invariance").
 func (p *KVPool) SnapshotStride() int {
 	a, b := p.cfg.BlockSize, DeltaNetChunk
 	for b != 0 {
