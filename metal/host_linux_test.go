@@ -1,6 +1,7 @@
 package metal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/engine/checkpoint"
 	"github.com/macpool/macpool/engine/tensor"
 	"github.com/macpool/macpool/metal/gpu"
 	"github.com/macpool/macpool/metal/mtl/fake"
@@ -168,6 +170,51 @@ func TestMoEGateUpFusedBits(t *testing.T) {
 		b.pipes["moe_gate_up"], b.pipes["matmul_gate_up"] = p, q
 		if bad := diffBits(fused, separate); bad > 0 {
 			t.Errorf("%v: %d of %d outputs differ between fused and separate gate/up/SwiGLU", f, bad, len(fused))
+		}
+	}
+}
+
+// TestModelsUnderSeeds runs two hybrid fixtures (attention with threadgroup
+// memory, DeltaNet, MoE) on devices whose threadgroups run their threads in
+// random orders: the logits still match the references.
+func TestModelsUnderSeeds(t *testing.T) {
+	for _, seed := range []uint64{2, 3} {
+		for _, name := range []string{"hf/qwen3_5_moe", "hf/qwen3_next"} {
+			t.Run(fmt.Sprint(name, "/seed", seed), func(t *testing.T) {
+				withFake(t, func(c *fake.Config) { c.Emu.Seed = seed }, func() {
+					be, err := New(Config{Device: newTestDevice(t), Name: testBackendName})
+					if err != nil {
+						t.Fatal(err)
+					}
+					dir := fixture(name)
+					ck, err := checkpoint.Open(dir)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer ck.Close()
+					m, err := engine.New(be, ck)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer m.Close()
+					ids, _, _, _, want := readRef(t, dir, "")
+					c, err := m.NewCache()
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Free()
+					out, err := m.Forward(context.Background(), []engine.Seq{{Cache: c, Tokens: ids, AllLogits: true}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					V := m.VocabSize()
+					for p := range ids {
+						if e := relL2(out[0][p*V:(p+1)*V], want[p*V:(p+1)*V]); e >= 1e-4 {
+							t.Fatalf("position %d: relative L2 error %.3g, want < 1e-4", p, e)
+						}
+					}
+				})
+			})
 		}
 	}
 }
