@@ -29,7 +29,7 @@ type PredictModel struct {
 	SyncCost          float64            // seconds per token: wait, read the token, start encoding the next
 }
 
-// DefaultPredictModel is the model the table in docs/notes/metal.md uses:
+// DefaultPredictModel is the model the table in docs/metal.md ("Predicted decode speed") uses:
 // shares of 70% for matrix-vector kernels (an untuned SIMD-group-per-row
 // kernel; tuned GEMV on Apple GPUs reaches 80-90%), 50% attention, 50%
 // DeltaNet, 20% other; 2 µs per dispatch, 20 µs per command buffer, 60 µs
