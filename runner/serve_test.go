@@ -156,6 +156,20 @@ func TestStopStringAcrossTokens(t *testing.T) {
 	if strings.Contains(r.text, stopStr) || r.finish != "stop" {
 		t.Errorf("stop string emitted or finish %q", r.finish)
 	}
+	var matched []string
+	for _, ev := range mustRun(t, e, base([]string{"never-in-this-text", stopStr})).events {
+		if ev.StopSequence != "" {
+			matched = append(matched, ev.StopSequence)
+		}
+	}
+	if len(matched) != 1 || matched[0] != stopStr {
+		t.Errorf("stop sequences reported %q, want [%q] on the last event", matched, stopStr)
+	}
+	for _, ev := range mustRun(t, e, base(nil)).events {
+		if ev.StopSequence != "" {
+			t.Errorf("no stop string, yet stop sequence %q reported", ev.StopSequence)
+		}
+	}
 }
 
 func TestLogprobs(t *testing.T) {
