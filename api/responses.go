@@ -184,6 +184,7 @@ func responsesToChat(r *openai.ResponseRequest, items []openai.ResponseItem, mod
 		ParallelToolCalls: r.ParallelToolCalls,
 		User:              r.User,
 		Seed:              r.Seed,
+		Truncation:        r.Truncation,
 	}
 	if r.MaxOutputTokens != nil {
 		chat.MaxCompletionTokens = r.MaxOutputTokens
