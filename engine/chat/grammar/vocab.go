@@ -14,6 +14,7 @@ type Vocab struct {
 	lcp    []int32 // lcp[i]: common prefix length of order[i-1] and order[i]
 	plain  []int32 // plain[i]: tokens[order[i]][plain[i]:] is plain string text (see isPlain)
 	eos    []int
+	maxLen int // longest token in bytes
 }
 
 // NewVocab prepares tokens (tokens[id] = the bytes the token decodes to;
@@ -25,6 +26,7 @@ func NewVocab(tokens [][]byte, eos []int) *Vocab {
 	for id, t := range tokens {
 		if len(t) > 0 {
 			v.order = append(v.order, int32(id))
+			v.maxLen = max(v.maxLen, len(t))
 		}
 	}
 	sort.Slice(v.order, func(a, b int) bool {
@@ -51,10 +53,32 @@ func (v *Vocab) Size() int { return len(v.tokens) }
 
 // Mask sets allowed[id] for every token that may come next and clears the
 // rest; len(allowed) must be v.Size(). It returns how many are allowed.
-func (m *Matcher) Mask(v *Vocab, allowed []bool) int {
+func (m *Matcher) Mask(v *Vocab, allowed []bool) int { return m.mask(v, allowed, -1) }
+
+// MaskBudget is Mask for a generation that may produce at most left more
+// tokens (the end-of-sequence token included): a token is allowed only if
+// the document can still be completed within the budget after it, so that
+// the output is never cut short (see the package comment). With no budget
+// to spare, only the end of sequence is allowed, if the document is done.
+func (m *Matcher) MaskBudget(v *Vocab, allowed []bool, left int) int {
+	if left < 1 {
+		clear(allowed)
+		return 0
+	}
+	// A token adds at most v.maxLen bytes, each of which can open a value
+	// costing at most maxCost: with that much room the budget binds nothing.
+	c := m.MinCloseBytes()
+	if left-1-c > v.maxLen*(m.g.maxCost+2) {
+		return m.mask(v, allowed, -1)
+	}
+	return m.mask(v, allowed, left-1)
+}
+
+func (m *Matcher) mask(v *Vocab, allowed []bool, budget int) int {
 	clear(allowed)
-	var states []*frame
-	states = append(states, m.state)
+	g := m.g
+	levels := m.levels[:0]
+	levels = append(levels, m.states)
 	count := 0
 	failDepth := -1
 	for i, id := range v.order {
@@ -64,32 +88,47 @@ func (m *Matcher) Mask(v *Vocab, allowed []bool) int {
 			continue // shares the prefix that already failed
 		}
 		failDepth = -1
-		if len(states) > l+1 {
-			states = states[:l+1]
+		if len(levels) > l+1 {
+			levels = levels[:l+1]
 		}
-		// states[0..len-1] are the states after t's first bytes; a plain
-		// tail inside a string body leaves the state as it is, so it is
-		// allowed without stepping (most tokens, inside strings).
-		d := len(states) - 1
-		if top := states[d]; top.k == fStr && top.sub == strBody && int(v.plain[i]) <= d {
+		// levels[d] are the states after t's first d bytes; a plain tail
+		// inside an unconstrained string body leaves the state as it is,
+		// so it is allowed without stepping (most tokens, inside strings).
+		d := len(levels) - 1
+		if top := levels[d]; budget < 0 && len(top) == 1 && top[0].k == fStr && top[0].sub == strBody &&
+			top[0].n.plain && !collects(top[0]) && int(v.plain[i]) <= d {
 			allowed[id] = true
 			count++
 			continue
 		}
 		ok := true
 		for ; d < len(t); d++ {
-			s, good := step(states[d], t[d])
-			if !good {
+			var buf []*frame
+			if d+1 < len(m.bufs) {
+				buf = m.bufs[d+1][:0]
+			}
+			s := g.stepAll(levels[d], t[d], buf)
+			if len(s) == 0 {
 				failDepth, ok = d, false
 				break
 			}
-			states = append(states, s)
+			for len(m.bufs) <= d+1 {
+				m.bufs = append(m.bufs, nil)
+			}
+			m.bufs[d+1] = s
+			levels = append(levels, s)
+		}
+		if ok && budget >= 0 && g.minClose(levels[len(t)]) > budget {
+			// After this token, budget tokens remain for the rest, and a
+			// completion of c bytes needs at most c tokens.
+			ok = false
 		}
 		if ok {
 			allowed[id] = true
 			count++
 		}
 	}
+	m.levels = levels[:0]
 	if m.Done() {
 		for _, id := range v.eos {
 			if id >= 0 && id < len(allowed) {
