@@ -2,6 +2,8 @@ package grammar
 
 import (
 	"sort"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/macpool/macpool/engine/chat/regex"
 )
@@ -311,7 +313,7 @@ func (g *Grammar) closeCost(f *frame) int {
 			rs = f.rs[:len(f.n.res)]
 		}
 		if f.key {
-			return addCost(pending, g.keyClose(f, rs))
+			return g.keyClose(f, rs, pending)
 		}
 		return addCost(addCost(pending, strNeed(f.n, int(f.cnt), rs)+1), g.after(f.parent))
 	}
@@ -320,13 +322,32 @@ func (g *Grammar) closeCost(f *frame) int {
 
 // keyClose is the cheapest way to finish a key being read, its value and
 // the rest of the document.
-func (g *Grammar) keyClose(k *frame, rs []int32) int {
+func (g *Grammar) keyClose(k *frame, rs []int32, pending int) int {
 	o := k.parent
 	n := o.n
 	best := costInf
 	for i, p := range n.props {
 		if len(p.name) >= len(k.lit) && p.name[:len(k.lit)] == k.lit && g.candidate(o, i) {
 			rest := len(encodeCompact(p.name[len(k.lit):])) - 1 // the suffix and the quote
+			switch k.sub {
+			case strEsc, strHex, strSurr, strSurrU:
+				// The escape being read must spell the name's next character.
+				r, size := utf8.DecodeRuneInString(p.name[len(k.lit):])
+				if size == 0 {
+					continue
+				}
+				if k.sub == strHex && k.hi == 0 {
+					shift := 4 * uint(k.left)
+					if r < k.r<<shift || r > (k.r+1)<<shift-1 {
+						continue
+					}
+				}
+				esc := pending
+				if k.sub == strEsc && !strings.ContainsRune("\"\\/\b\f\n\r\t", r) {
+					esc = 5 // only as \uXXXX
+				}
+				rest = esc + len(encodeCompact(p.name[len(k.lit)+size:])) - 1
+			}
 			q, ok := g.keyDone(o, &frame{lit: p.name, n: k.n, rs: k.rs})
 			if !ok {
 				continue
@@ -349,7 +370,7 @@ func (g *Grammar) keyClose(k *frame, rs []int32) int {
 		if vn != nil {
 			q := o.with()
 			q.sub, q.vn, q.cnt = objColon, vn, o.cnt+1
-			best = min(best, addCost(kb+1, g.closeCost(q)))
+			best = min(best, addCost(pending+kb+1, g.closeCost(q)))
 		}
 	}
 	return best

@@ -594,6 +594,9 @@ func (g *Grammar) stepString(f *frame, b byte, out []*frame) []*frame {
 			return out
 		case b == '\\':
 			h.sub = strEsc
+			if !g.rangeFeasible(h, 0, utf8.MaxRune) {
+				return out
+			}
 			return append(out, h)
 		case b < 0x20:
 			return out
@@ -649,6 +652,23 @@ func (g *Grammar) stepString(f *frame, b byte, out []*frame) []*frame {
 		}
 		h.r = h.r<<4 | d
 		if h.left--; h.left > 0 {
+			lo, hi := h.r<<(4*uint(h.left)), (h.r+1)<<(4*uint(h.left))-1
+			if h.hi != 0 {
+				// Only a low surrogate may follow a high one.
+				if hi < 0xDC00 || lo > 0xDFFF {
+					return out
+				}
+				return append(out, h)
+			}
+			if lo >= 0xDC00 && hi <= 0xDFFF {
+				return out
+			}
+			if lo >= 0xD800 && hi <= 0xDBFF {
+				lo, hi = 0x10000, 0x10FFFF // a high surrogate: a supplementary character
+			}
+			if !g.rangeFeasible(h, lo, hi) {
+				return out
+			}
 			return append(out, h)
 		}
 		r := h.r
@@ -719,11 +739,32 @@ func (g *Grammar) partialFeasible(h *frame, b byte) bool {
 	if collects(h) {
 		h.lit += string([]byte{b})
 	}
+	shift := 6 * uint(h.left)
+	lo, hi := h.r<<shift, (h.r+1)<<shift-1
+	// Overlong forms, surrogates and code points past U+10FFFF.
+	switch h.ulen {
+	case 2:
+		lo = max(lo, 0x80)
+	case 3:
+		lo = max(lo, 0x800)
+		if lo >= 0xD800 && hi <= 0xDFFF {
+			return false
+		}
+	case 4:
+		lo, hi = max(lo, 0x10000), min(hi, 0x10FFFF)
+	}
+	if lo > hi {
+		return false
+	}
+	return g.rangeFeasible(h, lo, hi)
+}
+
+// rangeFeasible reports whether some character in [lo, hi] may come next
+// in string frame h.
+func (g *Grammar) rangeFeasible(h *frame, lo, hi rune) bool {
 	if h.n.plain && !h.key {
 		return true
 	}
-	shift := 6 * uint(h.left)
-	lo, hi := h.r<<shift, (h.r+1)<<shift-1
 	for i, re := range h.n.res {
 		if !re.AcceptsRange(h.rs[i], lo, hi) {
 			return false
@@ -737,7 +778,13 @@ func (g *Grammar) partialFeasible(h *frame, b byte) bool {
 			}
 		}
 		for i, p := range o.n.props {
-			if strings.HasPrefix(p.name, h.lit) && g.candidate(o, i) {
+			if !strings.HasPrefix(p.name, h.lit) || !g.candidate(o, i) {
+				continue
+			}
+			if h.sub == strUTF8 {
+				return true // lit holds the bytes read so far
+			}
+			if r, size := utf8.DecodeRuneInString(p.name[len(h.lit):]); size > 0 && r >= lo && r <= hi {
 				return true
 			}
 		}
@@ -840,7 +887,7 @@ func (g *Grammar) stepNumber(f *frame, b byte, out []*frame) []*frame {
 			next = numExpDigits
 		}
 	}
-	if next >= 0 && len(f.lit) < MaxNumberLen {
+	if next >= 0 && len(f.lit)+1+numNeed(next) <= MaxNumberLen {
 		h := f.with()
 		h.sub = uint8(next)
 		h.lit = f.lit + string(b)
@@ -854,6 +901,15 @@ func (g *Grammar) stepNumber(f *frame, b byte, out []*frame) []*frame {
 		}
 	}
 	return out
+}
+
+// numNeed is the fewest bytes that make a number in sub-state sub final.
+func numNeed(sub int) int {
+	switch sub {
+	case numSign, numDot, numExp, numExpSign:
+		return 1
+	}
+	return 0
 }
 
 // canEnd reports whether the text so far is a complete document.

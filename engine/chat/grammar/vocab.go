@@ -56,14 +56,23 @@ func (v *Vocab) Size() int { return len(v.tokens) }
 func (m *Matcher) Mask(v *Vocab, allowed []bool) int { return m.mask(v, allowed, -1) }
 
 // MaskBudget is Mask for a generation that may produce at most left more
-// tokens (the end-of-sequence token included): a token is allowed only if
-// the document can still be completed within the budget after it, so that
-// the output is never cut short (see the package comment). With no budget
-// to spare, only the end of sequence is allowed, if the document is done.
+// tokens before its end-of-sequence token: a token is allowed only if the
+// document can still be completed within the budget after it, so that the
+// output is never cut short (see the package comment). With no budget
+// left, only the end of sequence is allowed, once the document is done.
 func (m *Matcher) MaskBudget(v *Vocab, allowed []bool, left int) int {
 	if left < 1 {
 		clear(allowed)
-		return 0
+		count := 0
+		if m.Done() {
+			for _, id := range v.eos {
+				if id >= 0 && id < len(allowed) {
+					allowed[id] = true
+					count++
+				}
+			}
+		}
+		return count
 	}
 	// A token adds at most v.maxLen bytes, each of which can open a value
 	// costing at most maxCost: with that much room the budget binds nothing.
