@@ -175,11 +175,12 @@ func objRest(f *frame, open bool) int {
 	}
 	cost, keys := 1, 0
 	var optional []int
+	req := needed(f)
 	for j := range n.props {
 		if isSeen(f, j) {
 			continue
 		}
-		if mustHave(f, j) {
+		if has(req, j) {
 			cost = addCost(cost, keyCost(n, j))
 			keys++
 		} else if int32(j) > f.aux {
@@ -300,7 +301,16 @@ func (g *Grammar) closeCost(f *frame) int {
 		pending := 0
 		switch f.sub {
 		case strEsc:
-			pending = 1
+			pending = 5 // \uXXXX, unless a short escape may come
+			if f.n.plain {
+				pending = 1
+			}
+			for _, c := range "\"\\/\b\f\n\r\t" {
+				if g.rangeFeasible(f, c, c) {
+					pending = 1
+					break
+				}
+			}
 		case strHex, strUTF8:
 			pending = int(f.left)
 		case strSurr:

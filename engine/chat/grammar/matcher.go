@@ -386,20 +386,36 @@ func arrMore(f *frame) bool {
 
 func isSeen(f *frame, i int) bool { return f.seen[i/64]&(1<<(i%64)) != 0 }
 
-// mustHave reports whether listed property j is required: by required, or
-// by a dependency of a property already read.
-func mustHave(f *frame, j int) bool {
+// needed returns the listed properties an object must have: required
+// ones and, transitively, the dependencies (dependentRequired) of those and
+// of the properties read.
+func needed(f *frame) []uint64 {
 	n := f.n
-	if n.required[j/64]&(1<<(j%64)) != 0 {
-		return true
+	if !n.hasDeps {
+		return n.required
 	}
-	for i := range n.props {
-		if isSeen(f, i) && slices.Contains(n.deps[i], j) {
-			return true
+	set := slices.Clone(n.required)
+	for i := range set {
+		set[i] |= f.seen[i]
+	}
+	for changed := true; changed; {
+		changed = false
+		for i := range n.props {
+			if set[i/64]&(1<<(i%64)) == 0 {
+				continue
+			}
+			for _, j := range n.deps[i] {
+				if set[j/64]&(1<<(j%64)) == 0 {
+					set[j/64] |= 1 << (j % 64)
+					changed = true
+				}
+			}
 		}
 	}
-	return false
+	return set
 }
+
+func has(set []uint64, j int) bool { return set[j/64]&(1<<(j%64)) != 0 }
 
 // candidate reports whether listed property i may be the next key.
 func (g *Grammar) candidate(f *frame, i int) bool {
@@ -412,8 +428,9 @@ func (g *Grammar) candidate(f *frame, i int) bool {
 	if int32(i) <= f.aux {
 		return false
 	}
+	need := needed(f)
 	for j := int(f.aux) + 1; j < i; j++ {
-		if mustHave(f, j) {
+		if has(need, j) {
 			return false // would skip a required property for good
 		}
 	}
@@ -447,8 +464,9 @@ func objClosable(f *frame) bool {
 	if int(f.cnt) < f.n.minProps {
 		return false
 	}
+	need := needed(f)
 	for j := range f.n.props {
-		if !isSeen(f, j) && mustHave(f, j) {
+		if !isSeen(f, j) && has(need, j) {
 			return false
 		}
 	}
@@ -764,6 +782,9 @@ func (g *Grammar) partialFeasible(h *frame, b byte) bool {
 func (g *Grammar) rangeFeasible(h *frame, lo, hi rune) bool {
 	if h.n.plain && !h.key {
 		return true
+	}
+	if h.n.maxLen >= 0 && int(h.cnt) >= h.n.maxLen {
+		return false
 	}
 	for i, re := range h.n.res {
 		if !re.AcceptsRange(h.rs[i], lo, hi) {

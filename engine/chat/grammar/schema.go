@@ -105,6 +105,7 @@ type node struct {
 	minProps   int
 	maxProps   int     // < 0: none
 	deps       [][]int // deps[i]: props required once props[i] is present
+	hasDeps    bool
 
 	// array
 	prefix      []*node
@@ -187,7 +188,13 @@ type Grammar struct {
 	ordered    bool
 	maxCost    int // largest cost of a node (see MaskBudget)
 	unenforced []string
+	approx     []string
 }
+
+// Approximated lists the keywords (with their locations) enforced only
+// approximately, as the package comment describes (oneOf whose branches
+// have no simple complement).
+func (g *Grammar) Approximated() []string { return g.approx }
 
 // Unenforced lists the keywords (with their locations) a lenient
 // compilation could not enforce; empty for strict grammars.
@@ -238,6 +245,7 @@ func CompileOptions(schema json.RawMessage, opts Options) (*Grammar, error) {
 	if opts.Lenient {
 		g.unenforced = c.refused
 	}
+	g.approx = c.approx
 	return g, nil
 }
 
@@ -265,6 +273,7 @@ type compiler struct {
 	bases   map[*obj]string
 	cache   map[*obj]*node
 	refused []string
+	approx  []string
 	err     error
 	depth   int
 }
@@ -496,6 +505,9 @@ func (c *compiler) compileObj(s *obj, path, base string) *node {
 			return c.compileObj(rest, path, base)
 		}
 	}
+	if ds, ok := c.dependentSchemas(s); ok {
+		s = ds
+	}
 	if all, ok := s.m["allOf"].([]any); ok {
 		merged := s.clone()
 		merged.del("allOf")
@@ -517,6 +529,9 @@ func (c *compiler) compileObj(s *obj, path, base string) *node {
 		return c.compileObj(merged, path, base)
 	}
 	if alts, key, ok := c.branches(s); ok {
+		if key == "oneOf" {
+			alts = c.exclusive(alts, path, base)
+		}
 		rest := s.clone()
 		rest.del("anyOf")
 		rest.del("oneOf")
@@ -576,6 +591,127 @@ func (c *compiler) branches(s *obj) ([]any, string, bool) {
 		return one, "oneOf", true
 	}
 	return nil, "", false
+}
+
+// dependentSchemas rewrites dependentSchemas (and the schema form of
+// dependencies) as allOf members: property absent, or present and the
+// schema holds.
+func (c *compiler) dependentSchemas(s *obj) (*obj, bool) {
+	var extra []any
+	out := s
+	for _, key := range []string{"dependentSchemas", "dependencies"} {
+		d, ok := s.m[key].(*obj)
+		if !ok {
+			continue
+		}
+		keep := newObj()
+		for _, name := range d.keys {
+			sch := d.m[name]
+			if _, isList := sch.([]any); isList {
+				keep.set(name, sch)
+				continue
+			}
+			absent := newObj()
+			props := newObj()
+			props.set(name, false)
+			absent.set("properties", props)
+			present := &obj{keys: []string{"required"}, m: map[string]any{"required": []any{name}}}
+			extra = append(extra, &obj{keys: []string{"anyOf"}, m: map[string]any{"anyOf": []any{
+				absent, &obj{keys: []string{"allOf"}, m: map[string]any{"allOf": []any{present, sch}}},
+			}}})
+		}
+		if out == s {
+			out = s.clone()
+		}
+		if len(keep.keys) > 0 && key == "dependencies" {
+			out.set(key, keep)
+		} else {
+			out.del(key)
+		}
+	}
+	if len(extra) == 0 {
+		return s, false
+	}
+	prev, _ := out.m["allOf"].([]any)
+	out.set("allOf", append(append([]any(nil), prev...), extra...))
+	return out, true
+}
+
+// assertionKeywords are the keywords whose values merge in allOf.
+var assertionKeywords = map[string]bool{
+	"type": true, "enum": true, "const": true, "properties": true, "patternProperties": true,
+	"additionalProperties": true, "required": true, "propertyNames": true, "minProperties": true,
+	"maxProperties": true, "dependentRequired": true, "dependencies": true, "dependentSchemas": true,
+	"items": true, "prefixItems": true, "additionalItems": true, "contains": true, "minContains": true,
+	"maxContains": true, "minItems": true, "maxItems": true, "uniqueItems": true, "minimum": true,
+	"maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true, "multipleOf": true,
+	"minLength": true, "maxLength": true, "pattern": true, "format": true, "allOf": true, "anyOf": true,
+	"oneOf": true, "not": true, "if": true, "then": true, "else": true, "$ref": true,
+	"unevaluatedProperties": true, "unevaluatedItems": true, "nullable": true, "$defs": true, "definitions": true,
+}
+
+// ifAsAnyOf rewrites if/then/else of s as the union
+// (if ∧ then) ∨ (¬if ∧ else), when if has a simple complement.
+func (c *compiler) ifAsAnyOf(s *obj, base string) ([]any, bool) {
+	ifs, _ := c.deref(s.m["if"], base)
+	neg, ok := c.negate(ifs)
+	if !ok {
+		return nil, false
+	}
+	thenS, hasThen := s.m["then"]
+	elseS, hasElse := s.m["else"]
+	if !hasThen {
+		thenS = true
+	}
+	if !hasElse {
+		elseS = true
+	}
+	alts := []any{&obj{keys: []string{"allOf"}, m: map[string]any{"allOf": []any{ifs, thenS}}}}
+	for _, n := range neg {
+		alts = append(alts, &obj{keys: []string{"allOf"}, m: map[string]any{"allOf": []any{n, elseS}}})
+	}
+	return alts, true
+}
+
+// exclusive rewrites oneOf branches so that each also excludes the
+// others (branch i ∧ ¬branch j for j ≠ i), when every branch has a simple
+// complement (see negate); otherwise oneOf stays anyOf, recorded as an
+// approximation.
+func (c *compiler) exclusive(alts []any, path, base string) []any {
+	if len(alts) < 2 {
+		return alts
+	}
+	negs := make([][]any, len(alts))
+	for j, a := range alts {
+		t, _ := c.deref(a, base)
+		n, ok := c.negate(t)
+		if !ok {
+			c.approx = append(c.approx, "oneOf at "+path+" (treated as anyOf: a value may match several branches)")
+			return alts
+		}
+		negs[j] = n
+	}
+	out := make([]any, 0, len(alts))
+	for i, a := range alts {
+		parts := []any{a}
+		possible := true
+		for j := range alts {
+			if j == i {
+				continue
+			}
+			if len(negs[j]) == 0 {
+				possible = false // branch j holds for every value
+				break
+			}
+			parts = append(parts, &obj{keys: []string{"anyOf"}, m: map[string]any{"anyOf": negs[j]}})
+		}
+		if possible {
+			out = append(out, &obj{keys: []string{"allOf"}, m: map[string]any{"allOf": parts}})
+		} else {
+			out = append(out, false)
+		}
+	}
+	return out
 }
 
 func simplifyUnion(u *node) *node {
@@ -809,6 +945,12 @@ func (c *compiler) not(v any, path, base string, types map[string]bool) []string
 		var lits []string
 		for _, k := range v.keys {
 			switch k {
+			case "anyOf":
+				// ¬(A ∨ B) = ¬A ∧ ¬B
+				alts, _ := v.m[k].([]any)
+				for i, a := range alts {
+					lits = append(lits, c.not(a, fmt.Sprintf("%s/anyOf/%d", path, i), base, types)...)
+				}
 			case "type":
 				switch t := v.m[k].(type) {
 				case string:
@@ -1133,6 +1275,7 @@ func (c *compiler) object(s *obj, path, base string) *node {
 			n.keyNode = k
 		}
 	}
+	var patRaw []any
 	if pp, ok := s.m["patternProperties"].(*obj); ok {
 		for _, p := range pp.keys {
 			re, err := regex.Compile(p)
@@ -1144,6 +1287,7 @@ func (c *compiler) object(s *obj, path, base string) *node {
 				return c.fail("%s/patternProperties: %v", path, err)
 			}
 			n.patterns = append(n.patterns, patProp{re: re, n: c.compile(pp.m[p], path+"/patternProperties/"+escapePointer(p), base)})
+			patRaw = append(patRaw, pp.m[p])
 		}
 	}
 	var ap any = true
@@ -1163,29 +1307,27 @@ func (c *compiler) object(s *obj, path, base string) *node {
 		if i, ok := n.propIndex[name]; ok {
 			return i
 		}
-		var vn *node
-		if schema != nil {
-			vn = c.compile(schema, p, base)
-		}
 		// Patterns that match a listed name apply to its value too.
-		var extra []*node
-		for _, pp := range n.patterns {
+		var parts []any
+		if schema != nil {
+			parts = append(parts, schema)
+		}
+		for i, pp := range n.patterns {
 			if pp.re.MatchString(name) {
-				extra = append(extra, pp.n)
+				parts = append(parts, patRaw[i])
 			}
 		}
-		switch {
-		case vn == nil && len(extra) == 0:
+		var vn *node
+		switch len(parts) {
+		case 0:
 			vn = n.additional
 			if vn == nil {
 				vn = neverNode
 			}
-		case vn == nil:
-			vn = extra[0]
-			extra = extra[1:]
-		}
-		if len(extra) > 0 {
-			c.refuse(p, "patternProperties", "a listed property matched by a pattern is held to its properties schema only")
+		case 1:
+			vn = c.compile(parts[0], p, base)
+		default:
+			vn = c.compile(&obj{keys: []string{"allOf"}, m: map[string]any{"allOf": parts}}, p, base)
 		}
 		if !n.keyNode.plain && !(&Grammar{root: n.keyNode}).acceptsAnyOrder(encodeCompact(name)) {
 			vn = neverNode // propertyNames forbids it
@@ -1229,18 +1371,16 @@ func (c *compiler) object(s *obj, path, base string) *node {
 					}
 					n.deps[i] = append(n.deps[i], j)
 				}
-			default:
-				if d != true {
-					c.refuse(path+"/dependencies/"+escapePointer(k), "dependencies", "schema dependencies are not enforced")
-				}
 			}
 		}
 	}
-	if _, ok := s.m["dependentSchemas"]; ok {
-		c.refuse(path+"/dependentSchemas", "dependentSchemas", "not enforced")
-	}
 	for len(n.deps) < len(n.props) {
 		n.deps = append(n.deps, nil)
+	}
+	for _, d := range n.deps {
+		if len(d) > 0 {
+			n.hasDeps = true
+		}
 	}
 	n.required = make([]uint64, (len(n.props)+63)/64)
 	for i, p := range n.props {
@@ -1269,7 +1409,13 @@ func (c *compiler) object(s *obj, path, base string) *node {
 			}
 			n.combos[mask] = parts[0]
 			if len(parts) > 1 {
-				c.refuse(path+"/patternProperties", "patternProperties", "a key matching several patterns is held to the first")
+				var raws []any
+				for i := 0; i < min(k, 4); i++ {
+					if mask&(1<<i) != 0 {
+						raws = append(raws, patRaw[i])
+					}
+				}
+				n.combos[mask] = c.compile(&obj{keys: []string{"allOf"}, m: map[string]any{"allOf": raws}}, path+"/patternProperties", base)
 			}
 		}
 	}
@@ -1435,6 +1581,19 @@ func (c *compiler) merge(path string, a *obj, b any, bbase string) (*obj, bool) 
 			}
 			return c.merge(path, m, t, tb)
 		}
+		if _, ok := a.m["if"]; ok {
+			if _, ok := b.m["if"]; ok {
+				// Two conditionals: the second as its union form.
+				if alts, ok := c.ifAsAnyOf(b, bbase); ok {
+					b = b.clone()
+					b.del("if")
+					b.del("then")
+					b.del("else")
+					prev, _ := b.m["allOf"].([]any)
+					b.set("allOf", append(append([]any(nil), prev...), &obj{keys: []string{"anyOf"}, m: map[string]any{"anyOf": alts}}))
+				}
+			}
+		}
 		out := a.clone()
 		for _, k := range b.keys {
 			bv := b.m[k]
@@ -1442,6 +1601,13 @@ func (c *compiler) merge(path string, a *obj, b any, bbase string) (*obj, bool) 
 			if !has {
 				out.set(k, bv)
 				continue
+			}
+			if k == "const" && !jsonEqual(av, bv) {
+				out.set("enum", []any{}) // two different constants: nothing
+				continue
+			}
+			if !assertionKeywords[k] && !strings.HasPrefix(k, "\x00") {
+				continue // annotations and unknown keywords: keep the first
 			}
 			if extra, ok := extraKey[k]; ok && !jsonEqual(av, bv) {
 				out.set(extra, appendExtra(out.m[extra], bv))
@@ -1500,7 +1666,7 @@ func (c *compiler) mergeKeyword(path, k string, av, bv any, bbase string) (any, 
 		// (a1 ∨ a2) ∧ (b1 ∨ b2): the product of branches.
 		a, _ := av.([]any)
 		b, _ := bv.([]any)
-		if len(a)*len(b) > 64 {
+		if len(a)*len(b) > 128 {
 			c.refuse(path, k, "too many branches to combine")
 			return av, true
 		}

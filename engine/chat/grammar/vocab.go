@@ -77,7 +77,9 @@ func (m *Matcher) MaskBudget(v *Vocab, allowed []bool, left int) int {
 	// A token adds at most v.maxLen bytes, each of which can open a value
 	// costing at most maxCost: with that much room the budget binds nothing.
 	c := m.MinCloseBytes()
-	if left-1-c > v.maxLen*(m.g.maxCost+2) {
+	if left-1-c > v.maxLen*(m.g.maxCost+2) || c > left {
+		// Plenty of room, or too little for any completion: then the
+		// output is cut at the budget as without this rule.
 		return m.mask(v, allowed, -1)
 	}
 	return m.mask(v, allowed, left-1)

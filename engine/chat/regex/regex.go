@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -658,7 +659,10 @@ func (r *Regex) AcceptsRange(s int32, lo, hi rune) bool {
 			}
 		case syntax.InstRune:
 			if syntax.Flags(in.Arg)&syntax.FoldCase != 0 {
-				return true
+				if foldOverlaps(in.Rune, lo, hi) {
+					return true
+				}
+				continue
 			}
 			if len(in.Rune) == 1 {
 				if in.Rune[0] >= lo && in.Rune[0] <= hi {
@@ -668,6 +672,31 @@ func (r *Regex) AcceptsRange(s int32, lo, hi rune) bool {
 			}
 			for i := 0; i+1 < len(in.Rune); i += 2 {
 				if in.Rune[i] <= hi && in.Rune[i+1] >= lo {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// foldOverlaps reports whether a case-folded rune class (pairs of range
+// bounds, or one rune) has a member, or a case variant of one, in [lo, hi].
+func foldOverlaps(ranges []rune, lo, hi rune) bool {
+	if len(ranges) == 1 {
+		ranges = []rune{ranges[0], ranges[0]}
+	}
+	for i := 0; i+1 < len(ranges); i += 2 {
+		a, b := ranges[i], ranges[i+1]
+		if a <= hi && b >= lo {
+			return true
+		}
+		if b-a > 512 {
+			return true // too wide to enumerate: assume a variant overlaps
+		}
+		for c := a; c <= b; c++ {
+			for f := unicode.SimpleFold(c); f != c; f = unicode.SimpleFold(f) {
+				if f >= lo && f <= hi {
 					return true
 				}
 			}
