@@ -366,21 +366,41 @@ func (g *Grammar) keyClose(k *frame, rs []int32, pending int) int {
 		}
 	}
 	if n.additional != nil || len(n.patterns) > 0 {
-		vn := n.additional
+		// A key not listed: its value follows the patterns it matches
+		// when it ends, additionalProperties when it matches none. Ending
+		// the key as it stands, or after the fewest characters that make a
+		// still-open pattern match.
 		kb := strNeed(k.n, int(k.cnt), rs)
-		for i, p := range n.patterns {
-			s := k.rs[len(k.n.res)+i]
-			if s == regex.Dead {
-				continue
+		try := func(extra int, vn *node) {
+			if vn == nil || vn.kind == kNever {
+				return
 			}
-			if _, b := p.re.MinChars(s); vn == nil || addCost(b, p.n.cost) < addCost(kb, vn.cost) {
-				vn, kb = p.n, max(kb, b)
-			}
-		}
-		if vn != nil {
 			q := o.with()
 			q.sub, q.vn, q.cnt = objColon, vn, o.cnt+1
-			best = min(best, addCost(pending+kb+1, g.closeCost(q)))
+			best = min(best, addCost(pending+extra+1, g.closeCost(q)))
+		}
+		mask, alive := 0, false
+		for i, p := range n.patterns {
+			st := k.rs[len(k.n.res)+i]
+			if st == regex.Dead {
+				continue
+			}
+			alive = true
+			if p.re.Accepting(st) {
+				mask |= 1 << i
+			} else if _, b := p.re.MinChars(st); b < costInf {
+				try(max(kb, b), p.n)
+			}
+		}
+		if pending == 0 {
+			switch {
+			case mask == 0:
+				try(kb, n.additional)
+			case len(n.combos) > 0:
+				try(kb, n.combos[mask&(len(n.combos)-1)])
+			}
+		} else if !alive || mask == 0 {
+			try(kb, n.additional)
 		}
 	}
 	return best
