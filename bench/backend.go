@@ -1,6 +1,6 @@
-package main
+package bench
 
-// `macpool bench --backend ...` (owner: metal): the backend choice, and the
+// Config.Backend: the backend choice, and the
 // GPU figures bench prints on the metal backends (chip, GPU cores, working
 // set, share of the chip's memory-bandwidth limit that decode reaches).
 

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package main
+package bench
 
 // processCPU is not measured here.
 func processCPU() float64 { return 0 }

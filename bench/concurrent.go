@@ -1,9 +1,7 @@
-package main
+package bench
 
-// `macpool bench --concurrency N` (owner: batching): concurrent greedy
-// streams through the serving scheduler (engine/runner.Bench) instead of one
-// stream on the bare model. cmd/macpool/bench.go parses the flags and calls
-// runBenchConcurrent after building the model.
+// Config.Concurrency > 0: concurrent greedy streams through the serving
+// scheduler (runner.Bench) instead of one stream on the bare model.
 
 import (
 	"context"
@@ -35,7 +33,7 @@ type benchConcurrentResult struct {
 // warm-up request, for the prefix cache) and prints the result.
 func runBenchConcurrent(ctx context.Context, m *engine.Model, res benchResult, concurrency, cachedPrefix int, seed uint64, asJSON bool, stdout io.Writer) error {
 	if cachedPrefix < 0 || cachedPrefix >= res.PromptTokens {
-		return fmt.Errorf("%w: --cached-prefix %d must be in [0, --prompt-tokens %d)", errUsage, cachedPrefix, res.PromptTokens)
+		return fmt.Errorf("%w: --cached-prefix %d must be in [0, --prompt-tokens %d)", ErrConfig, cachedPrefix, res.PromptTokens)
 	}
 	r, err := runner.Bench(ctx, m, runner.BenchConfig{Concurrency: concurrency, PromptTokens: res.PromptTokens,
 		GenTokens: res.GenTokens, SharedPrefix: cachedPrefix, Seed: seed})

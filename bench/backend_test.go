@@ -1,11 +1,8 @@
-package main
+package bench
 
 import (
 	"bytes"
-	"strings"
 	"testing"
-
-	"github.com/macpool/macpool/coordinator"
 )
 
 func TestPrintBackendFigures(t *testing.T) {
@@ -23,20 +20,5 @@ func TestPrintBackendFigures(t *testing.T) {
 		if b.String() != c.want {
 			t.Errorf("got %q, want %q", b.String(), c.want)
 		}
-	}
-}
-
-// `macpool status` shows a Mac's GPU cores from the gossip.
-func TestPrintStatusGPU(t *testing.T) {
-	st := coordinator.Status{Coordinator: "c1", Leader: "c1", Nodes: []coordinator.NodeStatus{
-		{Name: "w1", Role: "worker", Chip: "Apple M4 Max", Cores: 16, MemoryMB: 131072, GPUCores: 40, GPUWorkingMB: 110000},
-		{Name: "w2", Role: "worker", Chip: "Intel Xeon", Cores: 2, MemoryMB: 8192},
-	}}
-	var b strings.Builder
-	if err := printStatus(&b, st); err != nil {
-		t.Fatal(err)
-	}
-	if out := b.String(); !strings.Contains(out, "Apple M4 Max, 16 cores, 128.0 GB, 40 GPU cores") || strings.Count(out, "GPU cores") != 1 {
-		t.Errorf("status output:\n%s", out)
 	}
 }
