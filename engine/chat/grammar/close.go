@@ -337,7 +337,7 @@ func (g *Grammar) keyClose(k *frame, rs []int32, pending int) int {
 	n := o.n
 	best := costInf
 	for i, p := range n.props {
-		if len(p.name) >= len(k.lit) && p.name[:len(k.lit)] == k.lit && g.candidate(o, i) {
+		if !k.free && len(p.name) >= len(k.lit) && p.name[:len(k.lit)] == k.lit && g.candidate(o, i) {
 			rest := len(encodeCompact(p.name[len(k.lit):])) - 1 // the suffix and the quote
 			switch k.sub {
 			case strEsc, strHex, strSurr, strSurrU:

@@ -258,10 +258,13 @@ func TestRandomWalk(t *testing.T) {
 	}
 }
 
-func TestQwenVocabulary(t *testing.T) {
+// qwenVocab loads the real Qwen2/2.5/3 vocabulary (151,669 ids) from the
+// repository's testdata and returns it with the id of <|im_end|>.
+func qwenVocab(t testing.TB) (*Vocab, [][]byte, int) {
+	t.Helper()
 	raw, err := os.ReadFile("../../../testdata/tokenizers/qwen3/tokenizer.json")
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	var tj struct {
 		Model struct {
@@ -292,7 +295,14 @@ func TestQwenVocabulary(t *testing.T) {
 			eos = a.ID
 		}
 	}
-	v := NewVocab(tokens, []int{eos})
+	if eos < 0 {
+		t.Fatal("no <|im_end|> in the vocabulary")
+	}
+	return NewVocab(tokens, []int{eos}), tokens, eos
+}
+
+func TestQwenVocabulary(t *testing.T) {
+	v, tokens, eos := qwenVocab(t)
 	g := mustCompile(t, personSchema)
 	m := g.NewMatcher()
 	allowed := make([]bool, v.Size())

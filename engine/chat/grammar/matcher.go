@@ -78,6 +78,7 @@ type frame struct {
 	sub     uint8
 	ws      uint8
 	key     bool  // fStr: an object key
+	free    bool  // fStr key: no listed name starts with it (its text is not kept)
 	counted bool  // fArr: the item being read counts for contains
 	left    int8  // fStr: hex digits or UTF-8 bytes left
 	ulen    int8  // fStr: length of the UTF-8 sequence being read
@@ -211,7 +212,32 @@ func newString(parent *frame, n *node, key bool) *frame {
 
 // collects reports whether a string frame must keep its text.
 func collects(f *frame) bool {
-	return f.key || len(f.n.notLits) > 0 || f.parent != nil && f.parent.k == fArr && f.parent.n.unique
+	return f.key && !f.free || len(f.n.notLits) > 0 || f.parent != nil && f.parent.k == fArr && f.parent.n.unique
+}
+
+// plainOK reports whether string frame f, in its body, accepts any text
+// (it may still record it): an unconstrained string, or a key of an object
+// that takes any other key.
+func plainOK(f *frame) bool {
+	if f.k != fStr || f.sub != strBody || !f.n.plain {
+		return false
+	}
+	if f.key {
+		o := f.parent.n
+		return o.additional != nil && len(o.patterns) == 0
+	}
+	return len(f.n.notLits) == 0 && !(f.parent != nil && f.parent.k == fArr && f.parent.n.unique)
+}
+
+// stable reports whether plain text (ASCII without quote, backslash or
+// control bytes, or whole UTF-8 characters) leaves string frame f as it
+// is: an unconstrained string, or a key that can no longer be a listed
+// name and has no patterns to follow.
+func stable(f *frame) bool {
+	if f.sub != strBody || !f.n.plain || collects(f) {
+		return false
+	}
+	return !f.key || len(f.parent.n.patterns) == 0
 }
 
 // canonical returns the text a scalar value is compared by (uniqueItems,
@@ -526,7 +552,7 @@ func (g *Grammar) keyDone(o, k *frame) (*frame, bool) {
 	q := o.with()
 	q.sub, q.ws = objColon, 0
 	q.cnt++
-	if i, ok := n.propIndex[name]; ok {
+	if i, ok := n.propIndex[name]; ok && !k.free {
 		if !g.candidate(o, i) {
 			return nil, false
 		}
@@ -566,6 +592,15 @@ func (g *Grammar) keyDone(o, k *frame) (*frame, bool) {
 	return q, true
 }
 
+func anyNamePrefix(n *node, s string) bool {
+	for _, p := range n.props {
+		if strings.HasPrefix(p.name, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // keyFeasible reports whether a key being read can still become an
 // acceptable key of its object.
 func (g *Grammar) keyFeasible(k *frame) bool {
@@ -579,6 +614,9 @@ func (g *Grammar) keyFeasible(k *frame) bool {
 			return true
 		}
 	}
+	if k.free {
+		return false
+	}
 	for i, p := range n.props {
 		if len(p.name) >= len(k.lit) && p.name[:len(k.lit)] == k.lit && g.candidate(o, i) {
 			return true
@@ -588,7 +626,7 @@ func (g *Grammar) keyFeasible(k *frame) bool {
 }
 
 func (g *Grammar) stepString(f *frame, b byte, out []*frame) []*frame {
-	if f.sub == strBody && b >= 0x20 && b < 0x80 && b != '"' && b != '\\' && f.n.plain && !collects(f) {
+	if b >= 0x20 && b < 0x80 && b != '"' && b != '\\' && stable(f) {
 		return append(out, f) // the common case: no new state
 	}
 	h := f.with()
@@ -799,7 +837,7 @@ func (g *Grammar) rangeFeasible(h *frame, lo, hi rune) bool {
 			}
 		}
 		for i, p := range o.n.props {
-			if !strings.HasPrefix(p.name, h.lit) || !g.candidate(o, i) {
+			if h.free || !strings.HasPrefix(p.name, h.lit) || !g.candidate(o, i) {
 				continue
 			}
 			if h.sub == strUTF8 {
@@ -843,6 +881,12 @@ func (g *Grammar) strRuneRaw(h *frame, r rune, out []*frame, raw bool) []*frame 
 	}
 	if collects(h) && !raw {
 		h.lit += string(r)
+	}
+	if h.key && !h.free && !raw {
+		h.free = !anyNamePrefix(h.parent.n, h.lit)
+		if h.free {
+			h.lit = ""
+		}
 	}
 	if h.key && !g.keyFeasible(h) {
 		return out
@@ -958,7 +1002,7 @@ func sameFrame(a, b *frame) bool {
 		if a == nil || b == nil {
 			return false
 		}
-		if a.n != b.n || a.k != b.k || a.sub != b.sub || a.ws != b.ws || a.key != b.key ||
+		if a.n != b.n || a.k != b.k || a.sub != b.sub || a.ws != b.ws || a.key != b.key || a.free != b.free ||
 			a.counted != b.counted || a.left != b.left || a.cnt != b.cnt || a.aux != b.aux ||
 			a.ulen != b.ulen || a.cur != b.cur || a.r != b.r || a.hi != b.hi || a.lit != b.lit || a.vn != b.vn ||
 			!slices.Equal(a.seen, b.seen) || !slices.Equal(a.rs, b.rs) || !slices.Equal(a.items, b.items) {

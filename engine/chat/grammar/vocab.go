@@ -7,14 +7,52 @@ import (
 )
 
 // Vocab is a tokenizer's vocabulary prepared for mask computation: token
-// byte strings sorted so that tokens sharing a prefix are walked once.
+// byte strings sorted so that tokens sharing a prefix are walked once,
+// indexed by first byte so that whole groups are skipped when their first
+// byte is refused, and split into plain and other tokens: inside an
+// unconstrained string every plain token is allowed without a walk.
 type Vocab struct {
 	tokens [][]byte
-	order  []int32 // token ids sorted by bytes (empty tokens left out)
-	lcp    []int32 // lcp[i]: common prefix length of order[i-1] and order[i]
-	plain  []int32 // plain[i]: tokens[order[i]][plain[i]:] is plain string text (see isPlain)
 	eos    []int
 	maxLen int // longest token in bytes
+
+	all    tokenSet
+	quoted tokenSet // tokens that end a string (an unescaped '"')
+	inStr  []bool   // inStr[id]: the token continues a string body without ending it
+	nInStr int
+}
+
+type tokenSet struct {
+	order []int32 // token ids sorted by bytes (empty tokens left out)
+	lcp   []int32 // lcp[i]: common prefix length of order[i-1] and order[i]
+	plain []int32 // plain[i]: tokens[order[i]][plain[i]:] is plain string text (see plainFrom)
+	first [257]int32
+}
+
+func newTokenSet(tokens [][]byte, ids []int32) tokenSet {
+	ts := tokenSet{order: ids}
+	ts.lcp = make([]int32, len(ids))
+	ts.plain = make([]int32, len(ids))
+	for i, id := range ids {
+		ts.plain[i] = int32(plainFrom(tokens[id]))
+	}
+	for i := 1; i < len(ids); i++ {
+		a, b := tokens[ids[i-1]], tokens[ids[i]]
+		n := 0
+		for n < len(a) && n < len(b) && a[n] == b[n] {
+			n++
+		}
+		ts.lcp[i] = int32(n)
+	}
+	// first[b]..first[b+1] are the tokens starting with byte b.
+	j := 0
+	for b := 0; b <= 256; b++ {
+		for j < len(ids) && int(tokens[ids[j]][0]) < b {
+			j++
+		}
+		ts.first[b] = int32(j)
+	}
+	return ts
 }
 
 // NewVocab prepares tokens (tokens[id] = the bytes the token decodes to;
@@ -22,29 +60,45 @@ type Vocab struct {
 // and control tokens) and the end-of-sequence ids, allowed once the
 // document is complete.
 func NewVocab(tokens [][]byte, eos []int) *Vocab {
-	v := &Vocab{tokens: tokens, eos: eos}
+	v := &Vocab{tokens: tokens, eos: eos, inStr: make([]bool, len(tokens))}
+	var order []int32
 	for id, t := range tokens {
 		if len(t) > 0 {
-			v.order = append(v.order, int32(id))
+			order = append(order, int32(id))
 			v.maxLen = max(v.maxLen, len(t))
 		}
 	}
-	sort.Slice(v.order, func(a, b int) bool {
-		return bytes.Compare(tokens[v.order[a]], tokens[v.order[b]]) < 0
+	sort.Slice(order, func(a, b int) bool {
+		return bytes.Compare(tokens[order[a]], tokens[order[b]]) < 0
 	})
-	v.lcp = make([]int32, len(v.order))
-	v.plain = make([]int32, len(v.order))
-	for i, id := range v.order {
-		v.plain[i] = int32(plainFrom(tokens[id]))
-	}
-	for i := 1; i < len(v.order); i++ {
-		a, b := tokens[v.order[i-1]], tokens[v.order[i]]
-		n := 0
-		for n < len(a) && n < len(b) && a[n] == b[n] {
-			n++
+	// Classify every token as it reads inside an unconstrained string:
+	// the result does not depend on anything else.
+	var quoted []int32
+	g := &Grammar{root: stringNode}
+	for _, id := range order {
+		f := &frame{parent: &frame{k: fRoot}, n: stringNode, k: fStr}
+		in, ended := true, false
+		for _, c := range tokens[id] {
+			next := g.step(f, c, nil)
+			if len(next) == 0 {
+				in = false
+				break
+			}
+			if f = next[0]; f.k != fStr {
+				ended = true
+				break
+			}
 		}
-		v.lcp[i] = int32(n)
+		switch {
+		case ended:
+			quoted = append(quoted, id)
+		case in:
+			v.inStr[id] = true
+			v.nInStr++
+		}
 	}
+	v.all = newTokenSet(tokens, order)
+	v.quoted = newTokenSet(tokens, quoted)
 	return v
 }
 
@@ -87,68 +141,108 @@ func (m *Matcher) MaskBudget(v *Vocab, allowed []bool, left int) int {
 
 func (m *Matcher) mask(v *Vocab, allowed []bool, budget int) int {
 	clear(allowed)
-	g := m.g
-	levels := m.levels[:0]
-	levels = append(levels, m.states)
+	set := &v.all
 	count := 0
-	failDepth := -1
-	for i, id := range v.order {
-		t := v.tokens[id]
-		l := int(v.lcp[i])
-		if failDepth >= 0 && l > failDepth {
-			continue // shares the prefix that already failed
-		}
-		failDepth = -1
-		if len(levels) > l+1 {
-			levels = levels[:l+1]
-		}
-		// levels[d] are the states after t's first d bytes; a plain tail
-		// inside an unconstrained string body leaves the state as it is,
-		// so it is allowed without stepping (most tokens, inside strings).
-		d := len(levels) - 1
-		if top := levels[d]; budget < 0 && len(top) == 1 && top[0].k == fStr && top[0].sub == strBody &&
-			top[0].n.plain && !collects(top[0]) && int(v.plain[i]) <= d {
-			allowed[id] = true
-			count++
-			continue
-		}
-		ok := true
-		for ; d < len(t); d++ {
-			var buf []*frame
-			if d+1 < len(m.bufs) {
-				buf = m.bufs[d+1][:0]
-			}
-			s := g.stepAll(levels[d], t[d], buf)
-			if len(s) == 0 {
-				failDepth, ok = d, false
-				break
-			}
-			for len(m.bufs) <= d+1 {
-				m.bufs = append(m.bufs, nil)
-			}
-			m.bufs[d+1] = s
-			levels = append(levels, s)
-		}
-		if ok && budget >= 0 && g.minClose(levels[len(t)]) > budget {
-			// After this token, budget tokens remain for the rest, and a
-			// completion of c bytes needs at most c tokens.
-			ok = false
-		}
-		if ok {
-			allowed[id] = true
-			count++
-		}
+	if len(m.states) == 1 && plainOK(m.states[0]) && (budget < 0 || stable(m.states[0]) && m.g.minClose(m.states)+6 <= budget) {
+		// Inside a string that takes any text: the tokens that stay in
+		// it are allowed whatever they spell (ending mid-escape or
+		// mid-character costs at most 6 more bytes to close); only those
+		// that end it need a walk.
+		copy(allowed, v.inStr)
+		count = v.nInStr
+		set = &v.quoted
 	}
-	m.levels = levels[:0]
+	count += m.walk(v, set, allowed, budget)
 	if m.Done() {
 		for _, id := range v.eos {
-			if id >= 0 && id < len(allowed) {
+			if id >= 0 && id < len(allowed) && !allowed[id] {
 				allowed[id] = true
 				count++
 			}
 		}
 	}
 	return count
+}
+
+// walk sets allowed for the tokens of set the grammar accepts (with a
+// budget ≥ 0, only those after which the document can be completed in
+// budget tokens) and returns how many.
+func (m *Matcher) walk(v *Vocab, set *tokenSet, allowed []bool, budget int) int {
+	g := m.g
+	count := 0
+	levels := m.levels[:0]
+	for b := 0; b < 256; b++ {
+		lo, hi := int(set.first[b]), int(set.first[b+1])
+		if lo == hi || !m.allowsByte(byte(b)) {
+			continue
+		}
+		levels = append(levels[:0], m.states)
+		failDepth := -1
+		for i := lo; i < hi; i++ {
+			id := set.order[i]
+			t := v.tokens[id]
+			l := 0
+			if i > lo {
+				l = int(set.lcp[i])
+			}
+			if failDepth >= 0 && l > failDepth {
+				continue // shares the prefix that already failed
+			}
+			failDepth = -1
+			if len(levels) > l+1 {
+				levels = levels[:l+1]
+			}
+			// levels[d] are the states after t's first d bytes; a plain tail
+			// inside an unconstrained string body leaves the state as it is,
+			// so it is allowed without stepping (most tokens, inside strings).
+			d := len(levels) - 1
+			if top := levels[d]; d > 0 && len(top) == 1 && top[0].k == fStr && stable(top[0]) && int(set.plain[i]) <= d &&
+				(budget < 0 || g.minClose(top) <= budget) {
+				allowed[id] = true
+				count++
+				continue
+			}
+			ok := true
+			for ; d < len(t); d++ {
+				var buf []*frame
+				if d+1 < len(m.bufs) {
+					buf = m.bufs[d+1][:0]
+				}
+				s := g.stepAll(levels[d], t[d], buf)
+				if len(s) == 0 {
+					failDepth, ok = d, false
+					break
+				}
+				for len(m.bufs) <= d+1 {
+					m.bufs = append(m.bufs, nil)
+				}
+				m.bufs[d+1] = s
+				levels = append(levels, s)
+			}
+			if ok && budget >= 0 && g.minClose(levels[len(t)]) > budget {
+				// After this token, budget tokens remain for the rest, and a
+				// completion of c bytes needs at most c tokens.
+				ok = false
+			}
+			if ok {
+				allowed[id] = true
+				count++
+			}
+		}
+	}
+	m.levels = levels[:0]
+	return count
+}
+
+// allowsByte reports whether some stack accepts byte b next.
+func (m *Matcher) allowsByte(b byte) bool {
+	var buf [8]*frame
+	for _, s := range m.states {
+		if len(m.g.step(s, b, buf[:0])) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // plainFrom returns the smallest k such that t[k:] leaves a JSON string body

@@ -1,0 +1,97 @@
+package grammar
+
+import (
+	"sort"
+	"testing"
+	"time"
+)
+
+// speedSample is every step-th schema of the JSONSchemaBench sample.
+const speedStep = 96
+
+// qwenWalks drives the matchers of a sample of schemas through random
+// generations with the Qwen vocabulary and returns a snapshot of the
+// matcher before each token (states are immutable, so a copy of the
+// Matcher value is a snapshot).
+func qwenWalks(t testing.TB, v *Vocab, eos int) ([]Matcher, []time.Duration) {
+	t.Helper()
+	var snaps []Matcher
+	var masks []time.Duration
+	allowed := make([]bool, v.Size())
+	for i, s := range loadBench(t) {
+		if i%speedStep != 0 {
+			continue
+		}
+		g, err := CompileOptions(s.raw, Options{Lenient: true})
+		if err != nil {
+			continue
+		}
+		m := g.NewMatcher()
+		r := rng(i + 1)
+		budget := max(48, m.MinCloseBytes()+16)
+		for step := 0; step <= budget; step++ {
+			snaps = append(snaps, Matcher{g: m.g, states: m.states})
+			t0 := time.Now()
+			n := m.MaskBudget(v, allowed, budget-step)
+			masks = append(masks, time.Since(t0))
+			if n == 0 {
+				t.Fatalf("%s/%s: dead end at step %d", s.category, s.name, step)
+			}
+			if allowed[eos] {
+				break
+			}
+			var ids []int
+			for id, ok := range allowed {
+				if ok {
+					ids = append(ids, id)
+				}
+			}
+			id := ids[r.next()%uint64(len(ids))]
+			if err := m.Accept(v, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !m.Done() {
+			t.Errorf("%s/%s: walk with the Qwen vocabulary did not complete the document", s.category, s.name)
+		}
+	}
+	return snaps, masks
+}
+
+// TestQwenMaskTiming generates with the real Qwen vocabulary under a token
+// budget for a sample of schemas (each walk must complete its document) and
+// reports the mask time per token.
+func TestQwenMaskTiming(t *testing.T) {
+	v, _, eos := qwenVocab(t)
+	_, masks := qwenWalks(t, v, eos)
+	sort.Slice(masks, func(i, j int) bool { return masks[i] < masks[j] })
+	var sum time.Duration
+	for _, d := range masks {
+		sum += d
+	}
+	t.Logf("%d masks over the %d-token vocabulary: mean %v p50 %v p99 %v max %v", len(masks), v.Size(),
+		sum/time.Duration(len(masks)), masks[len(masks)/2], masks[len(masks)*99/100], masks[len(masks)-1])
+}
+
+// BenchmarkMaskQwen measures one mask over the 151,669-token Qwen
+// vocabulary, cycling through states recorded on random generations.
+func BenchmarkMaskQwen(b *testing.B) {
+	v, _, eos := qwenVocab(b)
+	snaps, _ := qwenWalks(b, v, eos)
+	allowed := make([]bool, v.Size())
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m := snaps[i%len(snaps)]
+		m.Mask(v, allowed)
+	}
+}
+
+// BenchmarkCompileBench measures compile time over the schema sample.
+func BenchmarkCompileBench(b *testing.B) {
+	schemas := loadBench(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s := schemas[i%len(schemas)]
+		_, _ = CompileOptions(s.raw, Options{Lenient: true})
+	}
+}
