@@ -28,6 +28,11 @@ type constraint struct {
 	buf  []byte // bytes of the current choice so far
 	mask []bool
 	done bool // EOS accepted
+	// left is how many more tokens the generation may produce (max_tokens
+	// less those generated), 0 when unknown. With it a grammar segment
+	// closes its document in time (grammar.Matcher.MaskBudget), leaving
+	// room for the forced tokens of the segments after it.
+	left int
 }
 
 type segKind int
@@ -91,7 +96,11 @@ func (c *constraint) prepare(logits []float32) int {
 	case segEOS:
 		return c.v.eos[0]
 	case segGrammar:
-		c.m.Mask(c.v.g, c.mask)
+		if c.left > 0 {
+			c.m.MaskBudget(c.v.g, c.mask, c.left-c.reserved())
+		} else {
+			c.m.Mask(c.v.g, c.mask)
+		}
 	case segText:
 		if c.pos >= sg.maxToks {
 			c.next()
@@ -119,6 +128,19 @@ func (c *constraint) prepare(logits []float32) int {
 		return c.v.eos[0]
 	}
 	return -1
+}
+
+// reserved counts the forced literal tokens after the current segment up
+// to the next free one: they must fit in the budget too.
+func (c *constraint) reserved() int {
+	n := 0
+	for _, sg := range c.segs[c.i+1:] {
+		if sg.kind != segLiteral {
+			break
+		}
+		n += len(sg.lit)
+	}
+	return n
 }
 
 func (c *constraint) choiceMask(sg *segment) {
