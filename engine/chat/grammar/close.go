@@ -262,8 +262,18 @@ func arrRest(f *frame) int {
 	return cost
 }
 
+// coster computes close costs, memoizing the cost above each frame for
+// the duration of one mask (frames are immutable).
+type coster struct {
+	g    *Grammar
+	memo map[*frame]int
+}
+
 // closeCost is the fewest bytes that complete the document from stack f.
-func (g *Grammar) closeCost(f *frame) int {
+func (g *Grammar) closeCost(f *frame) int { return (&coster{g: g}).closeCost(f) }
+
+func (cs *coster) closeCost(f *frame) int {
+	g := cs.g
 	switch f.k {
 	case fRoot:
 		if f.sub == 1 {
@@ -271,11 +281,11 @@ func (g *Grammar) closeCost(f *frame) int {
 		}
 		return costInf
 	case fValue:
-		return addCost(f.n.cost, g.after(f.parent))
+		return addCost(f.n.cost, cs.after(f.parent))
 	case fObj:
-		return addCost(objRest(f, f.sub == objOpen), g.after(f.parent))
+		return addCost(objRest(f, f.sub == objOpen), cs.after(f.parent))
 	case fArr:
-		return addCost(arrRest(f), g.after(f.parent))
+		return addCost(arrRest(f), cs.after(f.parent))
 	case fNum:
 		extra := 0
 		switch {
@@ -288,7 +298,7 @@ func (g *Grammar) closeCost(f *frame) int {
 		case f.sub == numSign || f.sub == numDot || f.sub == numExp || f.sub == numExpSign:
 			extra = 1
 		}
-		return addCost(extra, g.after(f.parent))
+		return addCost(extra, cs.after(f.parent))
 	case fLit:
 		c := costInf
 		for _, l := range f.n.lits {
@@ -296,7 +306,7 @@ func (g *Grammar) closeCost(f *frame) int {
 				c = min(c, len(l)-len(f.lit))
 			}
 		}
-		return addCost(c, g.after(f.parent))
+		return addCost(c, cs.after(f.parent))
 	case fStr:
 		pending := 0
 		switch f.sub {
@@ -323,16 +333,17 @@ func (g *Grammar) closeCost(f *frame) int {
 			rs = f.rs[:len(f.n.res)]
 		}
 		if f.key {
-			return g.keyClose(f, rs, pending)
+			return cs.keyClose(f, rs, pending)
 		}
-		return addCost(addCost(pending, strNeed(f.n, int(f.cnt), rs)+1), g.after(f.parent))
+		return addCost(addCost(pending, strNeed(f.n, int(f.cnt), rs)+1), cs.after(f.parent))
 	}
 	return costInf
 }
 
 // keyClose is the cheapest way to finish a key being read, its value and
 // the rest of the document.
-func (g *Grammar) keyClose(k *frame, rs []int32, pending int) int {
+func (cs *coster) keyClose(k *frame, rs []int32, pending int) int {
+	g := cs.g
 	o := k.parent
 	n := o.n
 	best := costInf
@@ -362,7 +373,7 @@ func (g *Grammar) keyClose(k *frame, rs []int32, pending int) int {
 			if !ok {
 				continue
 			}
-			best = min(best, addCost(rest, g.closeCost(q)))
+			best = min(best, addCost(rest, cs.closeCost(q)))
 		}
 	}
 	if n.additional != nil || len(n.patterns) > 0 {
@@ -377,7 +388,7 @@ func (g *Grammar) keyClose(k *frame, rs []int32, pending int) int {
 			}
 			q := o.with()
 			q.sub, q.vn, q.cnt = objColon, vn, o.cnt+1
-			best = min(best, addCost(pending+extra+1, g.closeCost(q)))
+			best = min(best, addCost(pending+extra+1, cs.closeCost(q)))
 		}
 		mask, alive := 0, false
 		for i, p := range n.patterns {
@@ -408,14 +419,27 @@ func (g *Grammar) keyClose(k *frame, rs []int32, pending int) int {
 
 // after is the cost to finish the document once the value p is reading
 // is complete.
-func (g *Grammar) after(p *frame) int {
+func (cs *coster) after(p *frame) int {
+	if cs.memo != nil {
+		if c, ok := cs.memo[p]; ok {
+			return c
+		}
+	}
+	c := cs.afterUncached(p)
+	if cs.memo != nil {
+		cs.memo[p] = c
+	}
+	return c
+}
+
+func (cs *coster) afterUncached(p *frame) int {
 	switch p.k {
 	case fRoot:
 		return 0
 	case fObj:
 		q := *p
 		q.sub = objAfter
-		return addCost(objRest(&q, false), g.after(p.parent))
+		return addCost(objRest(&q, false), cs.after(p.parent))
 	case fArr:
 		q := *p
 		q.sub = arrAfter
@@ -423,15 +447,17 @@ func (g *Grammar) after(p *frame) int {
 		if p.counted {
 			q.aux = min(q.aux+1, containsCap(p.n))
 		}
-		return addCost(arrRest(&q), g.after(p.parent))
+		return addCost(arrRest(&q), cs.after(p.parent))
 	}
 	return costInf
 }
 
-func (g *Grammar) minClose(states []*frame) int {
+func (g *Grammar) minClose(states []*frame) int { return (&coster{g: g}).minClose(states) }
+
+func (cs *coster) minClose(states []*frame) int {
 	c := costInf
 	for _, s := range states {
-		c = min(c, g.closeCost(s))
+		c = min(c, cs.closeCost(s))
 	}
 	return c
 }

@@ -9,17 +9,20 @@ import (
 // Vocab is a tokenizer's vocabulary prepared for mask computation: token
 // byte strings sorted so that tokens sharing a prefix are walked once,
 // indexed by first byte so that whole groups are skipped when their first
-// byte is refused, and split into plain and other tokens: inside an
-// unconstrained string every plain token is allowed without a walk.
+// byte is refused, and classified once as they read inside a string:
+// inside a string that takes any text, the tokens that stay in it are
+// allowed without a walk.
 type Vocab struct {
 	tokens [][]byte
 	eos    []int
 	maxLen int // longest token in bytes
 
-	all    tokenSet
-	quoted tokenSet // tokens that end a string (an unescaped '"')
-	inStr  []bool   // inStr[id]: the token continues a string body without ending it
-	nInStr int
+	all      tokenSet
+	quoted   tokenSet // tokens that end a string (an unescaped '"')
+	inStr    []bool   // inStr[id]: the token continues a string body without ending it
+	inStrIDs []int32  // the ids with inStr set
+	pend     []uint8  // pend[id]: bytes an inStr token leaves pending (inside an escape or character)
+	nInStr   int
 }
 
 type tokenSet struct {
@@ -60,7 +63,7 @@ func newTokenSet(tokens [][]byte, ids []int32) tokenSet {
 // and control tokens) and the end-of-sequence ids, allowed once the
 // document is complete.
 func NewVocab(tokens [][]byte, eos []int) *Vocab {
-	v := &Vocab{tokens: tokens, eos: eos, inStr: make([]bool, len(tokens))}
+	v := &Vocab{tokens: tokens, eos: eos, inStr: make([]bool, len(tokens)), pend: make([]uint8, len(tokens))}
 	var order []int32
 	for id, t := range tokens {
 		if len(t) > 0 {
@@ -94,7 +97,18 @@ func NewVocab(tokens [][]byte, eos []int) *Vocab {
 			quoted = append(quoted, id)
 		case in:
 			v.inStr[id] = true
+			v.inStrIDs = append(v.inStrIDs, id)
 			v.nInStr++
+			switch f.sub {
+			case strEsc:
+				v.pend[id] = 5
+			case strHex, strUTF8:
+				v.pend[id] = uint8(f.left)
+			case strSurr:
+				v.pend[id] = 6
+			case strSurrU:
+				v.pend[id] = 5
+			}
 		}
 	}
 	v.all = newTokenSet(tokens, order)
@@ -143,14 +157,17 @@ func (m *Matcher) mask(v *Vocab, allowed []bool, budget int) int {
 	clear(allowed)
 	set := &v.all
 	count := 0
-	if len(m.states) == 1 && plainOK(m.states[0]) && (budget < 0 || stable(m.states[0]) && m.g.minClose(m.states)+6 <= budget) {
+	if len(m.states) == 1 && plainOK(m.states[0]) {
 		// Inside a string that takes any text: the tokens that stay in
-		// it are allowed whatever they spell (ending mid-escape or
-		// mid-character costs at most 6 more bytes to close); only those
-		// that end it need a walk.
-		copy(allowed, v.inStr)
-		count = v.nInStr
+		// it are allowed whatever they spell; only those that end it need
+		// a walk.
 		set = &v.quoted
+		if budget < 0 {
+			copy(allowed, v.inStr)
+			count = v.nInStr
+		} else {
+			count = m.inStringBudget(v, allowed, budget)
+		}
 	}
 	count += m.walk(v, set, allowed, budget)
 	if m.Done() {
@@ -164,11 +181,61 @@ func (m *Matcher) mask(v *Vocab, allowed []bool, budget int) int {
 	return count
 }
 
+// inStringBudget allows the tokens that stay inside the string the single
+// state is reading and leave a completion of at most budget bytes: for a
+// string, the cost now plus what the token leaves pending (the string's
+// text does not change its cost); for a key, the cost of an unlisted key
+// or, while the text can still become a listed name, that of the state
+// after the token.
+func (m *Matcher) inStringBudget(v *Vocab, allowed []bool, budget int) int {
+	f := m.states[0]
+	cs := &coster{g: m.g, memo: map[*frame]int{}}
+	count := 0
+	if !f.key || f.free {
+		base := cs.minClose(m.states)
+		for _, id := range v.inStrIDs {
+			if base+int(v.pend[id]) <= budget {
+				allowed[id] = true
+				count++
+			}
+		}
+		return count
+	}
+	freeKey := f.with()
+	freeKey.free, freeKey.lit = true, ""
+	free := cs.closeCost(freeKey)
+	for _, id := range v.inStrIDs {
+		t := v.tokens[id]
+		c := free + int(v.pend[id])
+		if anyNamePrefix(f.parent.n, f.lit+string(t[:len(t)-int(min(int(v.pend[id]), len(t)))])) {
+			s := []*frame{f}
+			for _, b := range t {
+				if s = m.g.stepAll(s, b, nil); len(s) == 0 {
+					break
+				}
+			}
+			if len(s) == 0 {
+				continue
+			}
+			c = cs.minClose(s)
+		}
+		if c <= budget {
+			allowed[id] = true
+			count++
+		}
+	}
+	return count
+}
+
 // walk sets allowed for the tokens of set the grammar accepts (with a
 // budget ≥ 0, only those after which the document can be completed in
 // budget tokens) and returns how many.
 func (m *Matcher) walk(v *Vocab, set *tokenSet, allowed []bool, budget int) int {
 	g := m.g
+	cs := &coster{g: g}
+	if budget >= 0 {
+		cs.memo = map[*frame]int{}
+	}
 	count := 0
 	levels := m.levels[:0]
 	for b := 0; b < 256; b++ {
@@ -197,7 +264,7 @@ func (m *Matcher) walk(v *Vocab, set *tokenSet, allowed []bool, budget int) int 
 			// so it is allowed without stepping (most tokens, inside strings).
 			d := len(levels) - 1
 			if top := levels[d]; d > 0 && len(top) == 1 && top[0].k == fStr && stable(top[0]) && int(set.plain[i]) <= d &&
-				(budget < 0 || g.minClose(top) <= budget) {
+				(budget < 0 || cs.minClose(top) <= budget) {
 				allowed[id] = true
 				count++
 				continue
@@ -219,7 +286,7 @@ func (m *Matcher) walk(v *Vocab, set *tokenSet, allowed []bool, budget int) int 
 				m.bufs[d+1] = s
 				levels = append(levels, s)
 			}
-			if ok && budget >= 0 && g.minClose(levels[len(t)]) > budget {
+			if ok && budget >= 0 && cs.minClose(levels[len(t)]) > budget {
 				// After this token, budget tokens remain for the rest, and a
 				// completion of c bytes needs at most c tokens.
 				ok = false
