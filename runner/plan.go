@@ -213,6 +213,17 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 	if r.ToolChoice != nil {
 		mode = r.ToolChoice.Mode
 	}
+	// Tool parameter schemas go through the compiler response_format uses:
+	// a malformed schema is a 400, as is one a strict tool cannot enforce.
+	toolGrammars := map[string]*grammar.Grammar{}
+	for i, t := range r.Tools {
+		strict := t.Function.Strict != nil && *t.Function.Strict
+		g, err := grammar.CompileOptions(argsSchema(t.Function.Parameters), grammar.Options{Lenient: !strict})
+		if err != nil {
+			return openai.InvalidRequest(fmt.Sprintf("tools[%d].function.parameters", i), "tool %q: %v", t.Function.Name, err)
+		}
+		toolGrammars[t.Function.Name] = g
+	}
 	if len(r.Tools) > 0 && mode != openai.ToolChoiceNone {
 		p.parseTools = true
 		for _, t := range r.Tools {
@@ -243,12 +254,7 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 		} else {
 			args := map[string]*grammar.Grammar{}
 			for _, n := range names {
-				g, err := grammar.Compile(argsSchema(params[n]))
-				if err != nil {
-					// A schema the grammar cannot enforce: any object.
-					g = grammar.JSONObject()
-				}
-				args[n] = g
+				args[n] = toolGrammars[n]
 			}
 			p.segments = func() []segment { return e.jsonCallSegments(prefix, names, args) }
 		}

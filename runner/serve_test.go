@@ -236,7 +236,14 @@ func TestBadParams(t *testing.T) {
 	}{
 		{"logit_bias", chatJob("x", func(r *openai.ChatCompletionRequest) { r.LogitBias = map[string]float64{"999999": 1} })},
 		{"response_format.json_schema.schema", chatJob("x", func(r *openai.ChatCompletionRequest) {
-			r.ResponseFormat = &openai.ResponseFormat{Type: "json_schema", JSONSchema: &openai.JSONSchema{Name: "s", Schema: []byte(`{"type":"string","pattern":"a+"}`)}}
+			// strict: a lookahead cannot be enforced
+			r.ResponseFormat = &openai.ResponseFormat{Type: "json_schema", JSONSchema: &openai.JSONSchema{Name: "s", Strict: ptr(true), Schema: []byte(`{"type":"string","pattern":"a(?=b)"}`)}}
+		})},
+		{"response_format.json_schema.schema", chatJob("x", func(r *openai.ChatCompletionRequest) {
+			r.ResponseFormat = &openai.ResponseFormat{Type: "json_schema", JSONSchema: &openai.JSONSchema{Name: "s", Schema: []byte(`{"type":5}`)}}
+		})},
+		{"tools[0].function.parameters", chatJob("x", func(r *openai.ChatCompletionRequest) {
+			r.Tools = []openai.Tool{{Type: "function", Function: openai.FunctionDefinition{Name: "f", Parameters: []byte(`{"type":5}`)}}}
 		})},
 		{"echo", completionJob("x", func(r *openai.CompletionRequest) { r.Echo = true })},
 	} {

@@ -9,7 +9,9 @@
 // properties in the order the schema lists them (properties the schema
 // does not list come after), nothing after the document. json_object
 // allows one whitespace byte per gap. Numbers are at most MaxNumberLen
-// bytes; numbers under bounds or multipleOf are written without exponent.
+// bytes; numbers under bounds or multipleOf are written without exponent;
+// integers are written without fraction and, unless the schema bounds
+// them otherwise, stay below 10^18 in magnitude (they fit in 64 bits).
 //
 // # Keywords
 //
@@ -178,6 +180,13 @@ type Options struct {
 	// Draft is the JSON Schema draft (4, 6, 7, 2019, 2020) of a schema
 	// without $schema; 0 means 2020-12.
 	Draft int
+	// OpenObjects follows JSON Schema's default for objects that list
+	// properties without saying additionalProperties: any other key is
+	// allowed. By default such objects get only their listed (and
+	// pattern) keys, as XGrammar's strict mode does: the output is a
+	// subset of what the schema allows, and a model cannot wander into
+	// keys nobody asked for.
+	OpenObjects bool
 }
 
 // Grammar is a compiled response format. It is immutable and safe for
@@ -647,7 +656,7 @@ var assertionKeywords = map[string]bool{
 	"maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true, "multipleOf": true,
 	"minLength": true, "maxLength": true, "pattern": true, "format": true, "allOf": true, "anyOf": true,
 	"oneOf": true, "not": true, "if": true, "then": true, "else": true, "$ref": true,
-	"unevaluatedProperties": true, "unevaluatedItems": true, "nullable": true, "$defs": true, "definitions": true,
+	"unevaluatedProperties": true, "unevaluatedItems": true, "$defs": true, "definitions": true,
 }
 
 // ifAsAnyOf rewrites if/then/else of s as the union
@@ -822,7 +831,7 @@ func literalForms(v any) []string {
 }
 
 func (g *Grammar) acceptsAnyOrder(doc string) bool {
-	h := &Grammar{root: g.root, ordered: false}
+	h := &Grammar{root: g.root, ordered: false, ws: g.ws}
 	m := h.NewMatcher()
 	return m.AcceptBytes([]byte(doc)) == nil && m.Done()
 }
@@ -847,9 +856,6 @@ func (c *compiler) typed(s *obj, path, base string) *node {
 		delete(types, "integer") // number covers it
 	default:
 		return c.fail("%s/type: must be a string or an array", path)
-	}
-	if nb, _ := s.m["nullable"].(bool); nb {
-		types["null"] = true
 	}
 	for t := range types {
 		if !slicesContains(typeNames, t) {
@@ -1222,6 +1228,15 @@ func (c *compiler) number(s *obj, path string, integer bool) *node {
 	if !constrained {
 		return numberNode
 	}
+	if integer {
+		// Integers stay within 64 bits unless the schema asks for more.
+		if nc.hi == nil {
+			nc.hi = new(big.Rat).SetInt64(maxInt)
+		}
+		if nc.lo == nil {
+			nc.lo = new(big.Rat).SetInt64(-maxInt)
+		}
+	}
 	n := &node{kind: kNumber, num: nc}
 	if _, ok := nc.minLen(); !ok {
 		return neverNode
@@ -1230,6 +1245,9 @@ func (c *compiler) number(s *obj, path string, integer bool) *node {
 }
 
 const mergedMultiples = "\x00multiples"
+
+// maxInt bounds integers the schema leaves unbounded (|n| < 10^18).
+const maxInt = 999_999_999_999_999_999
 
 // lcmRat is the least common multiple of two positive rationals (nil: b).
 func lcmRat(a, b *big.Rat) *big.Rat {
@@ -1291,10 +1309,13 @@ func (c *compiler) object(s *obj, path, base string) *node {
 		}
 	}
 	var ap any = true
+	closed := false // closed by default, not by the schema
 	if v, ok := s.m["additionalProperties"]; ok {
 		ap = v
 	} else if v, ok := s.m["unevaluatedProperties"]; ok {
 		ap = v
+	} else if !c.opts.OpenObjects && (s.m["properties"] != nil || s.m["patternProperties"] != nil) {
+		ap, closed = false, true
 	}
 	if ap != false {
 		n.additional = c.compile(ap, path+"/additionalProperties", base)
@@ -1321,7 +1342,10 @@ func (c *compiler) object(s *obj, path, base string) *node {
 		switch len(parts) {
 		case 0:
 			vn = n.additional
-			if vn == nil {
+			switch {
+			case vn == nil && closed:
+				vn = anyNode // named by required or a dependency: allowed
+			case vn == nil:
 				vn = neverNode
 			}
 		case 1:
