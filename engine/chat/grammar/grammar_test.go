@@ -383,3 +383,60 @@ func TestFromResponseFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestSDKSchemas: what the openai SDK's zodResponseFormat and the Vercel AI
+// SDK's generateObject send for z.object({age: z.number().int(), ...}).
+func TestSDKSchemas(t *testing.T) {
+	for _, tc := range []struct {
+		schema string
+		good   []string
+		bad    []string
+	}{
+		{`{"type":"object","properties":{"age":{"type":"integer","minimum":-9007199254740991,"maximum":9007199254740991}},"required":["age"],"additionalProperties":false,"$schema":"http://json-schema.org/draft-07/schema#"}`,
+			[]string{`{"age":41}`, `{"age":-9007199254740991}`}, []string{`{"age":9007199254740992}`, `{"age":4.5}`, `{}`}},
+		{`{"type":"object","properties":{"name":{"type":"string","minLength":1,"maxLength":5},"email":{"type":"string","format":"email"},"when":{"type":"string","format":"date-time"},"tags":{"type":"array","items":{"type":"string"},"minItems":1}},"required":["name","email","when","tags"],"additionalProperties":false,"$schema":"http://json-schema.org/draft-07/schema#"}`,
+			[]string{`{"name":"Ann","email":"a@b.co","when":"2024-02-29T10:00:00Z","tags":["x"]}`},
+			[]string{`{"name":"","email":"a@b.co","when":"2024-02-29T10:00:00Z","tags":["x"]}`, `{"name":"Ann","email":"ab.co","when":"2024-02-29T10:00:00Z","tags":["x"]}`, `{"name":"Ann","email":"a@b.co","when":"2023-02-29T10:00:00Z","tags":["x"]}`, `{"name":"Ann","email":"a@b.co","when":"2024-02-29T10:00:00Z","tags":[]}`}},
+	} {
+		g := mustCompile(t, tc.schema)
+		for _, d := range tc.good {
+			if !accepts(g, d) {
+				t.Errorf("%s: %s refused", tc.schema, d)
+			}
+		}
+		for _, d := range tc.bad {
+			if accepts(g, d) {
+				t.Errorf("%s: %s accepted", tc.schema, d)
+			}
+		}
+	}
+}
+
+// TestBudgetExact: with exactly MinCloseBytes tokens of budget, random
+// byte-level generations still end in a complete document.
+func TestBudgetExact(t *testing.T) {
+	v := byteVocab()
+	eos := v.Size() - 1
+	for _, schema := range []string{
+		personSchema,
+		`{"type":"object","properties":{"a":{"type":"array","items":{"type":"string","pattern":"^[a-z]{3}$"},"minItems":2},"b":{"type":"integer","minimum":100}},"required":["a","b"]}`,
+		`{"type":"string","format":"date-time"}`,
+	} {
+		g := mustCompile(t, schema)
+		for seed := uint64(1); seed <= 20; seed++ {
+			m := g.NewMatcher()
+			budget := m.MinCloseBytes()
+			r := rng(seed)
+			doc, n, err := generate(m, v, eos, budget, &r, 0)
+			if err != nil {
+				t.Fatalf("%s seed %d: %v", schema, seed, err)
+			}
+			if n > budget+1 {
+				t.Errorf("%s seed %d: %d tokens for a budget of %d", schema, seed, n, budget)
+			}
+			if !accepts(g, string(doc)) {
+				t.Errorf("%s seed %d: %q is not a complete document", schema, seed, doc)
+			}
+		}
+	}
+}
