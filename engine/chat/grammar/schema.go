@@ -565,6 +565,19 @@ func (c *compiler) compileObj(s *obj, path, base string) *node {
 		}
 		return simplifyUnion(u)
 	}
+	if not, ok := s.m["not"]; ok && !simpleNot(not) {
+		t, _ := c.deref(not, base)
+		if neg, ok := c.negate(t); ok {
+			rest := s.clone()
+			rest.del("not")
+			prev, _ := rest.m["allOf"].([]any)
+			if len(neg) == 0 {
+				return neverNode
+			}
+			rest.set("allOf", append(append([]any(nil), prev...), &obj{keys: []string{"anyOf"}, m: map[string]any{"anyOf": neg}}))
+			return c.compileObj(rest, path, base)
+		}
+	}
 	if _, ok := s.m["if"]; ok {
 		return c.ifThenElse(s, path, base)
 	}
@@ -680,6 +693,74 @@ func (c *compiler) ifAsAnyOf(s *obj, base string) ([]any, bool) {
 		alts = append(alts, &obj{keys: []string{"allOf"}, m: map[string]any{"allOf": []any{n, elseS}}})
 	}
 	return alts, true
+}
+
+// simpleNot reports whether not's schema is of the forms typed handles
+// directly (type, enum and const of scalars).
+func simpleNot(v any) bool {
+	o, ok := v.(*obj)
+	if !ok {
+		return true
+	}
+	for _, k := range o.keys {
+		switch k {
+		case "type":
+		case "enum", "const":
+			vals := []any{o.m[k]}
+			if k == "enum" {
+				vals, _ = o.m[k].([]any)
+			}
+			for _, x := range vals {
+				switch x.(type) {
+				case *obj, []any:
+					return false
+				}
+			}
+		default:
+			if !annotations[k] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// negateBound returns the schema of the values of a bound's type that
+// violate it (nil: none do) and that type.
+func negateBound(k string, v any) (*obj, string, bool) {
+	r, ok := numRat(v)
+	if !ok {
+		return nil, "", false // draft-4 boolean exclusive bounds
+	}
+	one := func(key string, val any, typ string) (*obj, string, bool) {
+		return &obj{keys: []string{"type", key}, m: map[string]any{"type": typ, key: val}}, typ, true
+	}
+	num := json.Number(r.RatString())
+	if !r.IsInt() {
+		num = json.Number(r.FloatString(20))
+	}
+	switch k {
+	case "minimum":
+		return one("exclusiveMaximum", num, "number")
+	case "maximum":
+		return one("exclusiveMinimum", num, "number")
+	case "exclusiveMinimum":
+		return one("maximum", num, "number")
+	case "exclusiveMaximum":
+		return one("minimum", num, "number")
+	}
+	if !r.IsInt() {
+		return nil, "", false
+	}
+	n := r.Num().Int64()
+	typ := map[string]string{"minLength": "string", "maxLength": "string", "minItems": "array", "maxItems": "array", "minProperties": "object", "maxProperties": "object"}[k]
+	if strings.HasPrefix(k, "min") {
+		if n <= 0 {
+			return nil, typ, true // every value meets a minimum of 0
+		}
+		return one("max"+k[3:], json.Number(strconv.FormatInt(n-1, 10)), typ)
+	}
+	return one("min"+k[3:], json.Number(strconv.FormatInt(n+1, 10)), typ)
 }
 
 // exclusive rewrites oneOf branches so that each also excludes the
@@ -1069,6 +1150,17 @@ func (c *compiler) negate(s any) ([]any, bool) {
 				o := newObj()
 				o.set("not", &obj{keys: []string{k}, m: map[string]any{k: v}})
 				out = append(out, o)
+			case "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties":
+				// A bound fails for values of its type past it, and holds for
+				// values of other types.
+				neg, typ, ok := negateBound(k, v)
+				if !ok {
+					return nil, false
+				}
+				out = append(out, &obj{keys: []string{"not"}, m: map[string]any{"not": &obj{keys: []string{"type"}, m: map[string]any{"type": typ}}}})
+				if neg != nil {
+					out = append(out, neg)
+				}
 			case "required":
 				names, _ := v.([]any)
 				for _, n := range names {

@@ -120,8 +120,10 @@ func acceptsSafe(g *Grammar, doc string) (ok bool) {
 }
 
 // suiteThreshold is the share of instances (refused ones counted as not
-// passed) below which TestJSONSchemaSuite fails, per draft.
-const suiteThreshold = 0.80
+// passed) below which TestJSONSchemaSuite fails, per draft. Draft 2020-12
+// is lowest: its format tests expect formats as annotations only, which
+// this grammar enforces, and $dynamicRef and unevaluated* are approximated.
+var suiteThreshold = map[int]float64{4: 0.92, 7: 0.87, 2020: 0.84}
 
 func TestJSONSchemaSuite(t *testing.T) {
 	for _, d := range []struct {
@@ -157,8 +159,8 @@ func TestJSONSchemaSuite(t *testing.T) {
 					}
 				}
 			}
-			if rate := float64(tp) / float64(all); rate < suiteThreshold {
-				t.Errorf("%s: %.1f%% of instances pass, want at least %.0f%%", d.dir, 100*rate, 100*suiteThreshold)
+			if rate := float64(tp) / float64(all); rate < suiteThreshold[d.num] {
+				t.Errorf("%s: %.1f%% of instances pass, want at least %.0f%%", d.dir, 100*rate, 100*suiteThreshold[d.num])
 			}
 		})
 	}
