@@ -6,49 +6,56 @@
 // # Output shape
 //
 // Schema-constrained output is compact JSON: no whitespace between tokens,
-// properties in the order the schema lists them (properties the schema
-// does not list come after), nothing after the document. json_object
-// allows one whitespace byte per gap. Numbers are at most MaxNumberLen
-// bytes; numbers under bounds or multipleOf are written without exponent;
-// integers are written without fraction and, unless the schema bounds
-// them otherwise, stay below 10^18 in magnitude (they fit in 64 bits).
+// listed properties in the order the schema lists them, nothing after the
+// document. An object that lists properties without saying
+// additionalProperties gets only those (Options.OpenObjects restores JSON
+// Schema's open default). json_object allows one whitespace byte per gap.
+// Numbers are at most MaxNumberLen bytes; numbers under bounds or
+// multipleOf are written without exponent; integers are written without
+// fraction and, unless the schema bounds them otherwise, stay below 10^18
+// in magnitude (they fit in 64 bits). All of these choose a subset of the
+// documents the schema allows.
 //
 // # Keywords
 //
 // Enforced exactly: type (and lists), enum, const, properties, required,
-// additionalProperties, patternProperties, propertyNames (its string
-// keywords), minProperties, maxProperties, dependentRequired and the
-// array form of dependencies, items, prefixItems, additionalItems,
-// minItems, maxItems, contains with minContains, minimum, maximum,
-// exclusiveMinimum, exclusiveMaximum (both drafts' forms), multipleOf,
-// minLength, maxLength (in code points), pattern (ECMA-262, see package
-// regex), the formats listed in format.go, $ref/$defs/definitions with
-// recursion, $id (and draft-4 id) relative refs and $anchor, boolean
-// schemas.
+// additionalProperties, patternProperties (with properties they also
+// match), propertyNames (its string keywords), minProperties,
+// maxProperties, dependentRequired, dependentSchemas and both forms of
+// dependencies, items, prefixItems, additionalItems, minItems, maxItems,
+// contains with minContains, minimum, maximum, exclusiveMinimum,
+// exclusiveMaximum (both drafts' forms), multipleOf, minLength, maxLength
+// (in code points), pattern (ECMA-262, see package regex), the formats
+// listed in format.go (each a regular subset of its RFC), $ref/$defs/
+// definitions with recursion, $id (and draft-4 id) relative refs and
+// $anchor, boolean schemas; oneOf, not and if/then/else when the schemas
+// involved have simple complements (see negate: type, const and enum of
+// scalars, required, bounds, and properties of those), anyOf.
 //
 // Approximated (the matcher accepts a superset or a subset, as stated):
 //   - allOf is merged into one schema: keyword by keyword intersection
-//     (types, bounds, required, properties recursively; patterns and
-//     formats all apply). Where two members set the same keyword in ways
-//     that do not merge (two different enums are intersected; other
-//     conflicts) the first wins and the conflict is reported as unenforced.
-//   - oneOf is treated as anyOf: a value matching two branches is accepted.
+//     (types, bounds, required, enums, properties recursively; patterns,
+//     formats and multipleOf all apply; anyOf/oneOf as the product of
+//     their branches, up to 128). A member that is a recursive reference
+//     cannot be inlined and is reported as not enforced.
+//   - oneOf whose branches have no simple complement is treated as anyOf
+//     (Grammar.Approximated lists these): a value matching two branches
+//     is accepted.
 //   - maxContains bounds only the items the matcher counted for contains.
 //   - uniqueItems is exact for scalar items (strings, numbers, literals);
 //     for object and array items it is not enforced.
-//   - not is enforced for {type}, {enum}, {const} of scalars and
-//     {required}; other forms are unenforced.
-//   - if/then/else is enforced when the if schema is decidable on a value's
-//     start: a type test, or properties with const/enum of scalars and
-//     required; otherwise it is unenforced.
+//   - a key matching several of more than four patternProperties is held
+//     to the first four.
 //   - unevaluatedProperties/unevaluatedItems act as additionalProperties/
-//     items of the merged schema.
+//     items of the merged schema; $dynamicRef/$recursiveRef as $ref.
+//   - nullable (OpenAPI, not JSON Schema) is ignored.
 //
 // In strict mode (the default; OpenAI's strict: true) a keyword that is not
-// enforced is an error naming it and its JSON-pointer location; otherwise
-// the grammar enforces the rest and Unenforced lists what it did not.
-// Annotations (title, description, default, examples, deprecated, …) and
-// unknown keywords are ignored.
+// enforced is an error wrapping ErrUnsupported that names it and its
+// JSON-pointer location; with Options.Lenient the grammar enforces the rest
+// and Unenforced lists what it did not. Annotations (title, description,
+// default, examples, deprecated, …), unknown keywords and unknown formats
+// are ignored.
 //
 // # Never truncated
 //
@@ -58,7 +65,9 @@
 // tokens left, a token is allowed only if the document can still be
 // completed in n-1 tokens after it. While the budget lasts, this forbids
 // nothing; as it runs out, it steers to close open strings, arrays and
-// objects along the shortest completion.
+// objects along the shortest completion. If the budget is already smaller
+// than the shortest completion, nothing can save the document and the mask
+// is the plain one.
 package grammar
 
 import (

@@ -14,8 +14,15 @@ const speedStep = 24
 // matcher before each token (states are immutable, so a copy of the
 // Matcher value is a snapshot).
 func qwenWalks(t testing.TB, v *Vocab, eos int) ([]Matcher, []time.Duration) {
+	snaps, masks, _, _ := qwenWalksDocs(t, v, eos)
+	return snaps, masks
+}
+
+func qwenWalksDocs(t testing.TB, v *Vocab, eos int) ([]Matcher, []time.Duration, []benchSchema, [][]byte) {
 	t.Helper()
 	var snaps []Matcher
+	var schemas []benchSchema
+	var docs [][]byte
 	var masks []time.Duration
 	allowed := make([]bool, v.Size())
 	for i, s := range loadBench(t) {
@@ -28,6 +35,7 @@ func qwenWalks(t testing.TB, v *Vocab, eos int) ([]Matcher, []time.Duration) {
 		}
 		m := g.NewMatcher()
 		r := rng(i + 1)
+		var doc []byte
 		budget := max(48, m.MinCloseBytes()+16)
 		for step := 0; step <= budget; step++ {
 			snaps = append(snaps, Matcher{g: m.g, states: m.states})
@@ -50,20 +58,36 @@ func qwenWalks(t testing.TB, v *Vocab, eos int) ([]Matcher, []time.Duration) {
 			if err := m.Accept(v, id); err != nil {
 				t.Fatal(err)
 			}
+			doc = append(doc, v.tokens[id]...)
 		}
 		if !m.Done() {
 			t.Errorf("%s/%s: walk with the Qwen vocabulary did not complete the document", s.category, s.name)
 		}
+		schemas = append(schemas, s)
+		docs = append(docs, doc)
 	}
-	return snaps, masks
+	return snaps, masks, schemas, docs
 }
 
-// TestQwenMaskTiming generates with the real Qwen vocabulary under a token
-// budget for a sample of schemas (each walk must complete its document) and
-// reports the mask time per token.
+// TestQwenMaskTiming generates with the real Qwen vocabulary under a tight
+// token budget for a sample of schemas (each walk must complete its
+// document, which a real validator must accept) and reports the mask time
+// per token.
 func TestQwenMaskTiming(t *testing.T) {
 	v, _, eos := qwenVocab(t)
-	_, masks := qwenWalks(t, v, eos)
+	_, masks, schemas, docs := qwenWalksDocs(t, v, eos)
+	checked := 0
+	for i, s := range schemas {
+		sch, err := validator(s.raw)
+		if err != nil {
+			continue // the validator cannot load it (remote refs)
+		}
+		checked++
+		if err := validate(sch, docs[i]); err != nil {
+			t.Errorf("%s/%s: invalid document %q: %v", s.category, s.name, docs[i], err)
+		}
+	}
+	t.Logf("%d documents generated with the Qwen vocabulary, %d checked by the validator", len(docs), checked)
 	sort.Slice(masks, func(i, j int) bool { return masks[i] < masks[j] })
 	var sum time.Duration
 	for _, d := range masks {
