@@ -256,7 +256,8 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 			for _, n := range names {
 				args[n] = toolGrammars[n]
 			}
-			p.segments = func() []segment { return e.jsonCallSegments(prefix, names, args) }
+			parallel := p.parallel
+			p.segments = func() []segment { return e.jsonCallSegments(prefix, names, args, parallel) }
 		}
 		return nil
 	}
@@ -286,11 +287,15 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 	return nil
 }
 
+// maxParallelCalls caps the forced calls of one reply.
+const maxParallelCalls = 8
+
 // jsonCallSegments forces one Qwen2.5/3 call, in the layout the templates
 // show: <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>, the
 // name a literal (or a choice among names), ARGS following the tool's
-// parameter schema.
-func (e *Runner) jsonCallSegments(prefix, names []string, args map[string]*grammar.Grammar) []segment {
+// parameter schema. With parallel, more calls may follow (each on a new
+// line, as the templates join them) until the model ends the reply.
+func (e *Runner) jsonCallSegments(prefix, names []string, args map[string]*grammar.Grammar, parallel bool) []segment {
 	var s []segment
 	for _, x := range prefix {
 		s = append(s, e.literal(x))
@@ -311,7 +316,26 @@ func (e *Runner) jsonCallSegments(prefix, names []string, args map[string]*gramm
 		}
 		s = append(s, segment{kind: segChoice, alts: alts, then: func(a string) []segment { return body(byAlt[a]) }})
 	}
-	return append(s, segment{kind: segEOS})
+	if !parallel {
+		return append(s, segment{kind: segEOS})
+	}
+	// After each call: the end of the reply, or another call.
+	var more func(k int) segment
+	more = func(k int) segment {
+		if k >= maxParallelCalls {
+			return segment{kind: segEOS}
+		}
+		alts := make([]string, len(names))
+		byAlt := map[string]string{}
+		for i, n := range names {
+			alts[i] = "\n<tool_call>\n{\"name\": \"" + jsonString(n)
+			byAlt[alts[i]] = n
+		}
+		return segment{kind: segChoice, alts: alts, eosOK: true, then: func(a string) []segment {
+			return append(body(byAlt[a]), more(k+1))
+		}}
+	}
+	return append(s, more(1))
 }
 
 // jsonString is s as the inside of a JSON string literal.
