@@ -53,7 +53,7 @@ func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
 			return nil, openai.InvalidRequest("messages", "model %s has no chat template; use /v1/completions", e.cfg.ModelName)
 		}
 		promptPm = "messages"
-		body, err := json.Marshal(r)
+		body, err := json.Marshal(withThinking(r))
 		if err != nil {
 			return nil, openai.InvalidRequest("messages", "encode request: %v", err)
 		}
@@ -376,4 +376,28 @@ func (e *Runner) xmlCallSegments(prefix, names []string, params map[string]json.
 		s = append(s, segment{kind: segChoice, alts: names, then: body})
 	}
 	return append(s, e.literal("</function>\n</tool_call>"), segment{kind: segEOS})
+}
+
+// withThinking maps reasoning_effort onto Qwen's thinking switch: none and
+// minimal turn it off, low to high on (Qwen has no finer setting). An
+// explicit chat_template_kwargs.enable_thinking wins.
+func withThinking(r *openai.ChatCompletionRequest) *openai.ChatCompletionRequest {
+	var on bool
+	switch r.ReasoningEffort {
+	case "none", "minimal":
+	case "low", "medium", "high":
+		on = true
+	default:
+		return r
+	}
+	if _, set := r.ChatTemplateKwargs["enable_thinking"]; set {
+		return r
+	}
+	c := *r
+	c.ChatTemplateKwargs = make(map[string]json.RawMessage, len(r.ChatTemplateKwargs)+1)
+	for k, v := range r.ChatTemplateKwargs {
+		c.ChatTemplateKwargs[k] = v
+	}
+	c.ChatTemplateKwargs["enable_thinking"] = json.RawMessage(strconv.FormatBool(on))
+	return &c
 }

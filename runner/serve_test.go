@@ -476,6 +476,19 @@ func TestReasoningPromptOpen(t *testing.T) {
 	if c.reasoning != "" || c.text == "" {
 		t.Errorf("enable_thinking false: reasoning %q content %q, want all content", c.reasoning, c.text)
 	}
+	// reasoning_effort maps onto the same switch.
+	for effort, thinks := range map[string]bool{"none": false, "minimal": false, "low": true, "high": true} {
+		r = mustRun(t, e, chatJob("Think about it", func(r *openai.ChatCompletionRequest) {
+			r.MaxTokens = ptr(8)
+			r.Temperature = ptr(0.0)
+			r.IgnoreEOS = true
+			r.ReasoningEffort = effort
+		}))
+		c = r.choices[0]
+		if got := c.reasoning != "" && c.text == ""; got != thinks {
+			t.Errorf("reasoning_effort %s: reasoning %q content %q, want thinking %v", effort, c.reasoning, c.text, thinks)
+		}
+	}
 }
 
 // TestResumeFromEventTokens resumes a seeded generation from the token ids
