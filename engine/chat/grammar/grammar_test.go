@@ -440,3 +440,22 @@ func TestBudgetExact(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCompile: schemas from outside (request bodies) compile to a grammar
+// or an error, never a panic, and a compiled grammar's matcher handles any
+// text.
+func FuzzCompile(f *testing.F) {
+	f.Add(`{"type":"object","properties":{"a":{"type":"string","pattern":"^[a-z]+$"}},"required":["a"]}`, `{"a":"x"}`)
+	f.Add(`{"anyOf":[{"$ref":"#/$defs/n"},{"type":"null"}],"$defs":{"n":{"type":"integer","minimum":3,"multipleOf":2}}}`, `4`)
+	f.Add(`{"allOf":[{"minLength":2},{"format":"date"}],"not":{"const":"x"}}`, `"2024-01-01"`)
+	f.Fuzz(func(t *testing.T, schema, doc string) {
+		g, err := CompileOptions(json.RawMessage(schema), Options{Lenient: true})
+		if err != nil {
+			return
+		}
+		m := g.NewMatcher()
+		_ = m.AcceptBytes([]byte(doc))
+		_ = m.Done()
+		_ = m.MinCloseBytes()
+	})
+}

@@ -114,3 +114,23 @@ func TestMinChars(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCompile: any pattern compiles or fails with an error, and a compiled
+// automaton steps through any text.
+func FuzzCompile(f *testing.F) {
+	f.Add(`^[a-z]{2,5}@(x|y)\d*$`, "ab@x12")
+	f.Add(`\u00e9+[^\s]`, "éé.")
+	f.Fuzz(func(t *testing.T, pattern, text string) {
+		r, err := Compile(pattern)
+		if err != nil {
+			return
+		}
+		s := r.Start()
+		for _, c := range text {
+			s = r.Step(s, c)
+			r.MinChars(s)
+			r.AcceptsRange(s, c, c+64)
+		}
+		r.Accepting(s)
+	})
+}
