@@ -4,6 +4,7 @@ import (
 	"math/big"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // numCons holds a number's bounds (minimum, maximum, exclusive bounds) and
@@ -18,8 +19,13 @@ type numCons struct {
 	mult       *big.Rat
 	integer    bool
 
-	cache sync.Map // prefix → numInfo
+	cache   sync.Map // prefix → numInfo
+	entries atomic.Int64
 }
+
+// maxNumCache bounds the prefixes a numCons remembers (it is shared by
+// every schema with the same constraints, for the life of the process).
+const maxNumCache = 1 << 16
 
 type numInfo struct {
 	ok    bool
@@ -72,7 +78,10 @@ func (c *numCons) info(lit string) numInfo {
 		return v.(numInfo)
 	}
 	r := c.compute(lit)
-	c.cache.Store(lit, r)
+	if c.entries.Load() < maxNumCache {
+		c.entries.Add(1)
+		c.cache.Store(lit, r)
+	}
 	return r
 }
 

@@ -78,6 +78,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/macpool/macpool/engine/chat/regex"
 )
@@ -1338,11 +1339,41 @@ func (c *compiler) number(s *obj, path string, integer bool) *node {
 			nc.lo = new(big.Rat).SetInt64(-maxInt)
 		}
 	}
+	nc = sharedNumCons(nc)
 	n := &node{kind: kNumber, num: nc}
 	if _, ok := nc.minLen(); !ok {
 		return neverNode
 	}
 	return n
+}
+
+var (
+	numConsMu sync.Mutex
+	numConsBy = map[string]*numCons{}
+)
+
+// sharedNumCons returns the one numCons of these constraints, so that
+// equal number schemas (most are a plain integer) share their prefix cache
+// across schemas and requests.
+func sharedNumCons(nc *numCons) *numCons {
+	key := fmt.Sprint(ratString(nc.lo), nc.loEx, ratString(nc.hi), nc.hiEx, ratString(nc.mult), nc.integer)
+	numConsMu.Lock()
+	defer numConsMu.Unlock()
+	if c, ok := numConsBy[key]; ok {
+		return c
+	}
+	if len(numConsBy) > 4096 {
+		clear(numConsBy) // bounded memory under many distinct bounds
+	}
+	numConsBy[key] = nc
+	return nc
+}
+
+func ratString(r *big.Rat) string {
+	if r == nil {
+		return "-"
+	}
+	return r.RatString()
 }
 
 const mergedMultiples = "\x00multiples"
