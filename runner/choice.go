@@ -312,6 +312,9 @@ func (o *output) push(text, reason string) error {
 			reason = "tool_calls"
 		}
 		ev.FinishReason = reason
+		if s, ok := o.stop.Matched(); ok && reason == "stop" {
+			ev.StopSequence = s
+		}
 	}
 	if o.silent {
 		return nil

@@ -53,13 +53,12 @@ func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
 			return nil, openai.InvalidRequest("messages", "model %s has no chat template; use /v1/completions", e.cfg.ModelName)
 		}
 		promptPm = "messages"
-		body, err := json.Marshal(withThinking(r))
-		if err != nil {
-			return nil, openai.InvalidRequest("messages", "encode request: %v", err)
+		if r.Truncation == "auto" {
+			r = e.truncate(r)
 		}
-		text, err := e.tmpl.RenderRequest(body)
-		if err != nil {
-			return nil, openai.InvalidRequest("messages", "chat template: %v", err)
+		text, oe := e.render(r)
+		if oe != nil {
+			return nil, oe
 		}
 		p.prompt = e.tok.Encode(text)
 		p.reasoning = e.thinking
@@ -399,5 +398,58 @@ func withThinking(r *openai.ChatCompletionRequest) *openai.ChatCompletionRequest
 		c.ChatTemplateKwargs[k] = v
 	}
 	c.ChatTemplateKwargs["enable_thinking"] = json.RawMessage(strconv.FormatBool(on))
+	return &c
+}
+
+// render renders a chat request with the chat template.
+func (e *Runner) render(r *openai.ChatCompletionRequest) (string, *openai.Error) {
+	body, err := json.Marshal(withThinking(r))
+	if err != nil {
+		return "", openai.InvalidRequest("messages", "encode request: %v", err)
+	}
+	text, err := e.tmpl.RenderRequest(body)
+	if err != nil {
+		return "", openai.InvalidRequest("messages", "chat template: %v", err)
+	}
+	return text, nil
+}
+
+// truncate implements truncation "auto": while the rendered prompt and the
+// requested completion (at least one token) do not fit the context, it
+// drops the oldest turn after the leading system messages — a user message
+// with the assistant messages and tool results that follow it up to the
+// next user message — so the conversation stays well formed and still
+// starts with a user turn. The last turn is never dropped; what still does
+// not fit is refused by plan as without truncation. The request is copied,
+// never modified.
+func (e *Runner) truncate(r *openai.ChatCompletionRequest) *openai.ChatCompletionRequest {
+	need := max(r.MaxNewTokens(), 1)
+	fits := func(c *openai.ChatCompletionRequest) bool {
+		text, oe := e.render(c)
+		return oe != nil || len(e.tok.Encode(text))+need <= e.maxCtx
+	}
+	if fits(r) {
+		return r
+	}
+	c := *r
+	msgs := append([]openai.ChatMessage(nil), r.Messages...)
+	first := 0
+	for first < len(msgs) && (msgs[first].Role == "system" || msgs[first].Role == "developer") {
+		first++
+	}
+	for {
+		end := first + 1
+		for end < len(msgs) && msgs[end].Role != "user" {
+			end++
+		}
+		if end >= len(msgs) {
+			break // the last turn stays
+		}
+		msgs = append(msgs[:first], msgs[end:]...)
+		c.Messages = msgs
+		if fits(&c) {
+			break
+		}
+	}
 	return &c
 }
