@@ -137,6 +137,10 @@ type node struct {
 	maxLen int            // < 0: none
 	plain  bool           // no constraint: plain text leaves the state unchanged
 
+	// tokens that stay inside the string, per vocabulary and automaton
+	// states (see Matcher.inStringCached); nil without res
+	strCache *tokenCache
+
 	// number
 	num *numCons // nil: any number
 
@@ -1239,6 +1243,9 @@ func (c *compiler) str(s *obj, path string) *node {
 		// Unknown formats are annotations (2019-09 and later) and ignored.
 	}
 	n.plain = len(n.res) == 0 && n.minLen == 0 && n.maxLen < 0
+	if len(n.res) > 0 {
+		n.strCache = &tokenCache{}
+	}
 	return n
 }
 

@@ -119,3 +119,35 @@ func BenchmarkCompileBench(b *testing.B) {
 		_, _ = CompileOptions(s.raw, Options{Lenient: true})
 	}
 }
+
+// TestQwenMaskShortcuts checks the mask shortcuts (strings with length
+// bounds, pattern strings with cached token lists, keys) against stepping
+// every token, on the real vocabulary.
+func TestQwenMaskShortcuts(t *testing.T) {
+	v, tokens, eos := qwenVocab(t)
+	g := mustCompile(t, `{"type":"object","properties":{"s":{"type":"string","maxLength":3},"p":{"type":"string","pattern":"^[a-c]+$"},"d":{"type":"string","format":"date"},"m":{"type":"object","additionalProperties":{"type":"integer"}}},"required":["s","p","d","m"]}`)
+	allowed := make([]bool, v.Size())
+	for round := 0; round < 2; round++ { // the second round hits the caches
+		for _, p := range []string{`{"s":"`, `{"s":"ab`, `{"s":"abc`, `{"s":"\u00e9`, `{"s":"ab","p":"`, `{"s":"ab","p":"ab`,
+			`{"s":"ab","p":"a","d":"20`, `{"s":"ab","p":"a","d":"2024-02-2`, `{"s":"ab","p":"a","d":"2024-02-29","m":{"`, `{"s":"ab","p":"a","d":"2024-02-29","m":{"x`} {
+			m := g.NewMatcher()
+			if err := m.AcceptBytes([]byte(p)); err != nil {
+				t.Fatalf("prefix %q: %v", p, err)
+			}
+			n := m.Mask(v, allowed)
+			count := 0
+			for id := range tokens {
+				want := len(tokens[id]) > 0 && m.Allows(tokens[id]) || id == eos && m.Done()
+				if allowed[id] != want {
+					t.Errorf("prefix %q token %q: allowed %v, want %v", p, tokens[id], allowed[id], want)
+				}
+				if want {
+					count++
+				}
+			}
+			if n != count {
+				t.Errorf("prefix %q: Mask counted %d, want %d", p, n, count)
+			}
+		}
+	}
+}

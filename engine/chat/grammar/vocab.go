@@ -3,6 +3,10 @@ package grammar
 import (
 	"bytes"
 	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -22,6 +26,7 @@ type Vocab struct {
 	inStr    []bool   // inStr[id]: the token continues a string body without ending it
 	inStrIDs []int32  // the ids with inStr set
 	pend     []uint8  // pend[id]: bytes an inStr token leaves pending (inside an escape or character)
+	nch      []int32  // nch[id]: code points an inStr token completes
 	nInStr   int
 }
 
@@ -63,7 +68,7 @@ func newTokenSet(tokens [][]byte, ids []int32) tokenSet {
 // and control tokens) and the end-of-sequence ids, allowed once the
 // document is complete.
 func NewVocab(tokens [][]byte, eos []int) *Vocab {
-	v := &Vocab{tokens: tokens, eos: eos, inStr: make([]bool, len(tokens)), pend: make([]uint8, len(tokens))}
+	v := &Vocab{tokens: tokens, eos: eos, inStr: make([]bool, len(tokens)), pend: make([]uint8, len(tokens)), nch: make([]int32, len(tokens))}
 	var order []int32
 	for id, t := range tokens {
 		if len(t) > 0 {
@@ -78,8 +83,9 @@ func NewVocab(tokens [][]byte, eos []int) *Vocab {
 	// the result does not depend on anything else.
 	var quoted []int32
 	g := &Grammar{root: stringNode}
+	counting := &node{kind: kString, maxLen: -1} // not plain: counts code points
 	for _, id := range order {
-		f := &frame{parent: &frame{k: fRoot}, n: stringNode, k: fStr}
+		f := &frame{parent: &frame{k: fRoot}, n: counting, k: fStr}
 		in, ended := true, false
 		for _, c := range tokens[id] {
 			next := g.step(f, c, nil)
@@ -99,6 +105,7 @@ func NewVocab(tokens [][]byte, eos []int) *Vocab {
 			v.inStr[id] = true
 			v.inStrIDs = append(v.inStrIDs, id)
 			v.nInStr++
+			v.nch[id] = f.cnt
 			switch f.sub {
 			case strEsc:
 				v.pend[id] = 5
@@ -169,6 +176,32 @@ func (m *Matcher) mask(v *Vocab, allowed []bool, budget int) int {
 			count = m.inStringBudget(v, allowed, budget)
 		}
 	}
+	if f := m.states[0]; set == &v.all && budget < 0 && len(m.states) == 1 && f.k == fStr && f.sub == strBody &&
+		!f.key && len(f.n.res) == 0 && !collects(f) {
+		// A string with length bounds only: a token fits by its count of
+		// code points (one more if it ends inside a character or escape).
+		for _, id := range v.inStrIDs {
+			n := int(f.cnt) + int(v.nch[id])
+			if v.pend[id] > 0 {
+				n++
+			}
+			if f.n.maxLen < 0 || n <= f.n.maxLen {
+				allowed[id] = true
+				count++
+			}
+		}
+		set = &v.quoted
+	}
+	if set == &v.all && budget < 0 && len(m.states) == 1 && cacheable(m.states[0]) {
+		// A constrained string whose state repeats (a pattern's automaton
+		// state): the tokens that stay inside it are remembered per state.
+		ids := m.inStringCached(v)
+		for _, id := range ids {
+			allowed[id] = true
+		}
+		count = len(ids)
+		set = &v.quoted
+	}
 	count += m.walk(v, set, allowed, budget)
 	if m.Done() {
 		for _, id := range v.eos {
@@ -179,6 +212,55 @@ func (m *Matcher) mask(v *Vocab, allowed []bool, budget int) int {
 		}
 	}
 	return count
+}
+
+// cacheable reports whether the tokens allowed inside string frame f
+// depend only on its node and automaton states: no length bound, nothing
+// collected, not a key.
+func cacheable(f *frame) bool {
+	return f.k == fStr && f.sub == strBody && !f.key && f.n.strCache != nil && f.n.maxLen < 0 && !collects(f)
+}
+
+type tokenCache struct {
+	m sync.Map // inStrKey → []int32
+	n atomic.Int32
+}
+
+type inStrKey struct {
+	v  *Vocab
+	rs string
+}
+
+// maxStrCache bounds the automaton states whose token lists a string node
+// keeps.
+const maxStrCache = 64
+
+// inStringCached returns the tokens that continue the string the single
+// state is reading without ending it.
+func (m *Matcher) inStringCached(v *Vocab) []int32 {
+	f := m.states[0]
+	var kb strings.Builder
+	for _, r := range f.rs {
+		kb.WriteString(strconv.Itoa(int(r)))
+		kb.WriteByte(',')
+	}
+	key := inStrKey{v, kb.String()}
+	if ids, ok := f.n.strCache.m.Load(key); ok {
+		return ids.([]int32)
+	}
+	tmp := make([]bool, v.Size())
+	m.walk(v, &v.all, tmp, -1)
+	var ids []int32
+	for _, id := range v.inStrIDs {
+		if tmp[id] {
+			ids = append(ids, id)
+		}
+	}
+	if f.n.strCache.n.Load() < maxStrCache {
+		f.n.strCache.n.Add(1)
+		f.n.strCache.m.Store(key, ids)
+	}
+	return ids
 }
 
 // inStringBudget allows the tokens that stay inside the string the single
