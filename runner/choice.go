@@ -117,6 +117,7 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 			id = sr.token // a greedy step: the backend took the argmax
 		}
 		if con != nil {
+			con.left = p.maxTokens - len(gen)
 			id = con.prepare(logits)
 		}
 		if id < 0 {

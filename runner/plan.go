@@ -212,6 +212,17 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 	if r.ToolChoice != nil {
 		mode = r.ToolChoice.Mode
 	}
+	// Tool parameter schemas go through the compiler response_format uses:
+	// a malformed schema is a 400, as is one a strict tool cannot enforce.
+	toolGrammars := map[string]*grammar.Grammar{}
+	for i, t := range r.Tools {
+		strict := t.Function.Strict != nil && *t.Function.Strict
+		g, err := grammar.CompileOptions(argsSchema(t.Function.Parameters), grammar.Options{Lenient: !strict})
+		if err != nil {
+			return openai.InvalidRequest(fmt.Sprintf("tools[%d].function.parameters", i), "tool %q: %v", t.Function.Name, err)
+		}
+		toolGrammars[t.Function.Name] = g
+	}
 	if len(r.Tools) > 0 && mode != openai.ToolChoiceNone {
 		p.parseTools = true
 		for _, t := range r.Tools {
@@ -242,14 +253,10 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 		} else {
 			args := map[string]*grammar.Grammar{}
 			for _, n := range names {
-				g, err := grammar.Compile(argsSchema(params[n]))
-				if err != nil {
-					// A schema the grammar cannot enforce: any object.
-					g = grammar.JSONObject()
-				}
-				args[n] = g
+				args[n] = toolGrammars[n]
 			}
-			p.segments = func() []segment { return e.jsonCallSegments(prefix, names, args) }
+			parallel := p.parallel
+			p.segments = func() []segment { return e.jsonCallSegments(prefix, names, args, parallel) }
 		}
 		return nil
 	}
@@ -279,11 +286,15 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 	return nil
 }
 
+// maxParallelCalls caps the forced calls of one reply.
+const maxParallelCalls = 8
+
 // jsonCallSegments forces one Qwen2.5/3 call, in the layout the templates
 // show: <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>, the
 // name a literal (or a choice among names), ARGS following the tool's
-// parameter schema.
-func (e *Runner) jsonCallSegments(prefix, names []string, args map[string]*grammar.Grammar) []segment {
+// parameter schema. With parallel, more calls may follow (each on a new
+// line, as the templates join them) until the model ends the reply.
+func (e *Runner) jsonCallSegments(prefix, names []string, args map[string]*grammar.Grammar, parallel bool) []segment {
 	var s []segment
 	for _, x := range prefix {
 		s = append(s, e.literal(x))
@@ -304,7 +315,26 @@ func (e *Runner) jsonCallSegments(prefix, names []string, args map[string]*gramm
 		}
 		s = append(s, segment{kind: segChoice, alts: alts, then: func(a string) []segment { return body(byAlt[a]) }})
 	}
-	return append(s, segment{kind: segEOS})
+	if !parallel {
+		return append(s, segment{kind: segEOS})
+	}
+	// After each call: the end of the reply, or another call.
+	var more func(k int) segment
+	more = func(k int) segment {
+		if k >= maxParallelCalls {
+			return segment{kind: segEOS}
+		}
+		alts := make([]string, len(names))
+		byAlt := map[string]string{}
+		for i, n := range names {
+			alts[i] = "\n<tool_call>\n{\"name\": \"" + jsonString(n)
+			byAlt[alts[i]] = n
+		}
+		return segment{kind: segChoice, alts: alts, eosOK: true, then: func(a string) []segment {
+			return append(body(byAlt[a]), more(k+1))
+		}}
+	}
+	return append(s, more(1))
 }
 
 // jsonString is s as the inside of a JSON string literal.
@@ -347,9 +377,33 @@ func (e *Runner) xmlCallSegments(prefix, names []string, params map[string]json.
 	return append(s, e.literal("</function>\n</tool_call>"), segment{kind: segEOS})
 }
 
+// withThinking maps reasoning_effort onto Qwen's thinking switch: none and
+// minimal turn it off, low to high on (Qwen has no finer setting). An
+// explicit chat_template_kwargs.enable_thinking wins.
+func withThinking(r *openai.ChatCompletionRequest) *openai.ChatCompletionRequest {
+	var on bool
+	switch r.ReasoningEffort {
+	case "none", "minimal":
+	case "low", "medium", "high":
+		on = true
+	default:
+		return r
+	}
+	if _, set := r.ChatTemplateKwargs["enable_thinking"]; set {
+		return r
+	}
+	c := *r
+	c.ChatTemplateKwargs = make(map[string]json.RawMessage, len(r.ChatTemplateKwargs)+1)
+	for k, v := range r.ChatTemplateKwargs {
+		c.ChatTemplateKwargs[k] = v
+	}
+	c.ChatTemplateKwargs["enable_thinking"] = json.RawMessage(strconv.FormatBool(on))
+	return &c
+}
+
 // render renders a chat request with the chat template.
 func (e *Runner) render(r *openai.ChatCompletionRequest) (string, *openai.Error) {
-	body, err := json.Marshal(r)
+	body, err := json.Marshal(withThinking(r))
 	if err != nil {
 		return "", openai.InvalidRequest("messages", "encode request: %v", err)
 	}

@@ -251,7 +251,14 @@ func TestBadParams(t *testing.T) {
 	}{
 		{"logit_bias", chatJob("x", func(r *openai.ChatCompletionRequest) { r.LogitBias = map[string]float64{"999999": 1} })},
 		{"response_format.json_schema.schema", chatJob("x", func(r *openai.ChatCompletionRequest) {
-			r.ResponseFormat = &openai.ResponseFormat{Type: "json_schema", JSONSchema: &openai.JSONSchema{Name: "s", Schema: []byte(`{"type":"string","pattern":"a+"}`)}}
+			// strict: a lookahead cannot be enforced
+			r.ResponseFormat = &openai.ResponseFormat{Type: "json_schema", JSONSchema: &openai.JSONSchema{Name: "s", Strict: ptr(true), Schema: []byte(`{"type":"string","pattern":"a(?=b)"}`)}}
+		})},
+		{"response_format.json_schema.schema", chatJob("x", func(r *openai.ChatCompletionRequest) {
+			r.ResponseFormat = &openai.ResponseFormat{Type: "json_schema", JSONSchema: &openai.JSONSchema{Name: "s", Schema: []byte(`{"type":5}`)}}
+		})},
+		{"tools[0].function.parameters", chatJob("x", func(r *openai.ChatCompletionRequest) {
+			r.Tools = []openai.Tool{{Type: "function", Function: openai.FunctionDefinition{Name: "f", Parameters: []byte(`{"type":5}`)}}}
 		})},
 		{"echo", completionJob("x", func(r *openai.CompletionRequest) { r.Echo = true })},
 	} {
@@ -483,6 +490,19 @@ func TestReasoningPromptOpen(t *testing.T) {
 	c = r.choices[0]
 	if c.reasoning != "" || c.text == "" {
 		t.Errorf("enable_thinking false: reasoning %q content %q, want all content", c.reasoning, c.text)
+	}
+	// reasoning_effort maps onto the same switch.
+	for effort, thinks := range map[string]bool{"none": false, "minimal": false, "low": true, "high": true} {
+		r = mustRun(t, e, chatJob("Think about it", func(r *openai.ChatCompletionRequest) {
+			r.MaxTokens = ptr(8)
+			r.Temperature = ptr(0.0)
+			r.IgnoreEOS = true
+			r.ReasoningEffort = effort
+		}))
+		c = r.choices[0]
+		if got := c.reasoning != "" && c.text == ""; got != thinks {
+			t.Errorf("reasoning_effort %s: reasoning %q content %q, want thinking %v", effort, c.reasoning, c.text, thinks)
+		}
 	}
 }
 
