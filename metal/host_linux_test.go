@@ -174,6 +174,71 @@ func TestMoEGateUpFusedBits(t *testing.T) {
 	}
 }
 
+// TestMoEDownCombineFusedBits: moe_down_combine (gathered down, shared
+// expert down, its sigmoid gate and the weighted combine in one dispatch)
+// gives the bits of the four separate dispatches, with and without a shared
+// expert, for a decode row and a batch, and an inter size whose chunks do
+// not fill the lanes evenly.
+func TestMoEDownCombineFusedBits(t *testing.T) {
+	b := newEmu(t)
+	r := rand.New(rand.NewPCG(6, 6))
+	for _, f := range []tensor.Format{tensor.BF16, tensor.Q8_0} {
+		up := func(rows, cols int) engine.Weight {
+			w, err := b.Upload(hostOf(r, f, rows, cols))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}
+		const E, H, inter, si = 6, 64, 96, 320
+		for _, shared := range []bool{true, false} {
+			w := engine.MoEWeights{Router: up(E, H)}
+			for range E {
+				w.Experts = append(w.Experts, engine.Expert{Gate: up(inter, H), Up: up(inter, H), Down: up(H, inter)})
+			}
+			if shared {
+				w.Shared = &engine.Expert{Gate: up(si, H), Up: up(si, H), Down: up(H, si)}
+				w.SharedGate = up(1, H)
+			}
+			for _, T := range []int{1, 5} {
+				x := b.NewTensor(T, H)
+				b.Write(x, randn(r, T*H))
+				out := func() []float32 {
+					y := b.NewTensor(T, H)
+					b.MoE(y, x, &w, engine.MoEParams{TopK: 3, Normalize: true})
+					v := make([]float32, T*H)
+					if err := b.Read(y, v); err != nil {
+						t.Fatal(err)
+					}
+					return v
+				}
+				b.StartTrace()
+				fused := out()
+				if n := countKernel(b.StopTrace(), "moe_down_combine"); n != 1 {
+					t.Fatalf("%v shared %v T %d: %d moe_down_combine dispatches, want 1", f, shared, T, n)
+				}
+				p := b.pipes["moe_down_combine"]
+				delete(b.pipes, "moe_down_combine")
+				separate := out()
+				b.pipes["moe_down_combine"] = p
+				if bad := diffBits(fused, separate); bad > 0 {
+					t.Errorf("%v shared %v T %d: %d of %d outputs differ between fused and separate down/combine", f, shared, T, bad, len(fused))
+				}
+			}
+		}
+	}
+}
+
+func countKernel(trace []DispatchRecord, name string) int {
+	n := 0
+	for _, d := range trace {
+		if d.Kernel == name {
+			n++
+		}
+	}
+	return n
+}
+
 // TestModelsUnderSeeds runs two hybrid fixtures (attention with threadgroup
 // memory, DeltaNet, MoE) on devices whose threadgroups run their threads in
 // random orders: the logits still match the references.
