@@ -229,6 +229,52 @@ func TestMoEDownCombineFusedBits(t *testing.T) {
 	}
 }
 
+// TestMoEDownCombineModelBits: the MoE fixtures (routed experts, and a
+// shared expert with its gate) give bit-identical logits with
+// moe_down_combine and with the four dispatches it replaces.
+func TestMoEDownCombineModelBits(t *testing.T) {
+	for _, name := range []string{"hf/qwen3_5_moe", "hf/qwen3_next"} {
+		t.Run(name, func(t *testing.T) {
+			be := newEmu(t)
+			ck, err := checkpoint.Open(fixture(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ck.Close()
+			m, err := engine.New(be, ck)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			ids, _, _, _, _ := readRef(t, fixture(name), "")
+			logits := func() []float32 {
+				c, err := m.NewCache()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Free()
+				out, err := m.Forward(context.Background(), []engine.Seq{{Cache: c, Tokens: ids, AllLogits: true}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out[0]
+			}
+			be.StartTrace()
+			fused := logits()
+			if countKernel(be.StopTrace(), "moe_down_combine") == 0 {
+				t.Fatalf("%s: no moe_down_combine dispatch; the test exercised nothing", name)
+			}
+			p := be.pipes["moe_down_combine"]
+			delete(be.pipes, "moe_down_combine")
+			separate := logits()
+			be.pipes["moe_down_combine"] = p
+			if bad := diffBits(fused, separate); bad > 0 {
+				t.Errorf("%s: %d of %d logits differ between fused and separate down/combine", name, bad, len(fused))
+			}
+		})
+	}
+}
+
 func countKernel(trace []DispatchRecord, name string) int {
 	n := 0
 	for _, d := range trace {
