@@ -58,7 +58,7 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 	}
 	out := e.newOutput(p, i, emit)
 	if p.kind == job.KindChat && len(resumed) == 0 {
-		if err := emit(&job.Event{Choice: i, Role: openai.RoleAssistant}, nil); err != nil {
+		if err := emit(&job.Event{Choice: i, Role: openai.RoleAssistant, Unenforced: p.unenforced}, nil); err != nil {
 			return res, err
 		}
 	}

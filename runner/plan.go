@@ -32,6 +32,7 @@ type plan struct {
 	parseTools bool
 	parallel   bool
 	segments   func() []segment // nil: unconstrained
+	unenforced []string         // what non-strict schemas could not enforce (job.Event.Unenforced)
 	resume     [][]int          // per choice: tokens generated elsewhere (failover)
 }
 
@@ -218,6 +219,11 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 	for i, t := range r.Tools {
 		strict := t.Function.Strict != nil && *t.Function.Strict
 		g, err := grammar.CompileOptions(argsSchema(t.Function.Parameters), grammar.Options{Lenient: !strict})
+		if g != nil {
+			for _, u := range g.Unenforced() {
+				p.unenforced = append(p.unenforced, fmt.Sprintf("tools[%d].function.parameters: %s", i, u))
+			}
+		}
 		if err != nil {
 			return openai.InvalidRequest(fmt.Sprintf("tools[%d].function.parameters", i), "tool %q: %v", t.Function.Name, err)
 		}
@@ -274,6 +280,9 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 			return openai.InvalidRequest(param, "%v", err)
 		}
 		if g != nil {
+			for _, u := range g.Unenforced() {
+				p.unenforced = append(p.unenforced, "response_format: "+u)
+			}
 			p.segments = func() []segment {
 				var s []segment
 				for _, x := range prefix {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 var testSchemas = []string{
@@ -210,5 +211,30 @@ func TestJSONSchemaNeverTruncated(t *testing.T) {
 	}
 	if lengths == 0 {
 		t.Error("no generation reached max_tokens: the test does not exercise the budget")
+	}
+}
+
+// TestUnenforcedReported: a non-strict schema with a keyword the
+// constraint cannot enforce is served, and the choice's first event names
+// what was not enforced; strict, the same schema is a 400.
+func TestUnenforcedReported(t *testing.T) {
+	e := newEngine(t, "qwen3", nil)
+	schema := []byte(`{"type":"object","properties":{"a":{"$ref":"https://example.com/remote.json"}},"required":["a"]}`)
+	req := func(strict bool) *job.Job {
+		return chatJob("give json", func(r *openai.ChatCompletionRequest) {
+			r.MaxTokens = ptr(24)
+			r.ResponseFormat = &openai.ResponseFormat{Type: "json_schema", JSONSchema: &openai.JSONSchema{Name: "s", Strict: ptr(strict), Schema: schema}}
+		})
+	}
+	r := mustRun(t, e, req(false))
+	var got []string
+	for _, ev := range r.events {
+		got = append(got, ev.Unenforced...)
+	}
+	if len(got) != 1 || !strings.Contains(got[0], "response_format: $ref") || !strings.Contains(got[0], "/properties/a") {
+		t.Errorf("unenforced %q, want the remote $ref at /properties/a", got)
+	}
+	if _, err := run(t, e, req(true)); err == nil {
+		t.Error("strict: the unenforceable schema was served")
 	}
 }
