@@ -32,7 +32,7 @@ type plan struct {
 	parseTools bool
 	parallel   bool
 	segments   func() []segment // nil: unconstrained
-	unenforced []string         // what non-strict schemas could not enforce (job.Event.Unenforced)
+	unenforced []string         // what schemas could not enforce or only approximate (job.Event.Unenforced)
 	resume     [][]int          // per choice: tokens generated elsewhere (failover)
 }
 
@@ -220,7 +220,7 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 		strict := t.Function.Strict != nil && *t.Function.Strict
 		g, err := grammar.CompileOptions(argsSchema(t.Function.Parameters), grammar.Options{Lenient: !strict})
 		if g != nil {
-			for _, u := range g.Unenforced() {
+			for _, u := range append(g.Unenforced(), g.Approximated()...) {
 				p.unenforced = append(p.unenforced, fmt.Sprintf("tools[%d].function.parameters: %s", i, u))
 			}
 		}
@@ -280,7 +280,7 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 			return openai.InvalidRequest(param, "%v", err)
 		}
 		if g != nil {
-			for _, u := range g.Unenforced() {
+			for _, u := range append(g.Unenforced(), g.Approximated()...) {
 				p.unenforced = append(p.unenforced, "response_format: "+u)
 			}
 			p.segments = func() []segment {
