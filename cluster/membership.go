@@ -140,7 +140,11 @@ func New(cfg Config) (*Membership, error) {
 	mc.Name = cfg.Name
 	mc.BindAddr = host
 	mc.BindPort = port
-	mc.AdvertisePort = 0
+	// memberlist replaces the advertised port with the bound one only when
+	// it picks the port itself (BindPort 0); a fixed port must be given as
+	// the advertised one too, or the node gossips port 0 and peers probe,
+	// suspect and drop it.
+	mc.AdvertisePort = port
 	if host == "0.0.0.0" || host == "" || host == "::" {
 		mc.AdvertiseAddr = ""
 	} else {
