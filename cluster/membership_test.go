@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -151,4 +153,60 @@ func TestMembershipFixedPorts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMembershipRejoins restarts nodes as kill -9 would, with no join
+// address: a node finds its cluster again through the peers it remembered
+// in its peers file (its own restart), and the others dial a node they
+// remember until it answers again (their restart).
+func TestMembershipRejoins(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(name, addr, peersFile string, join ...string) *Membership {
+		t.Helper()
+		c := FastConfig()
+		c.Name, c.BindAddr, c.Join, c.PeersFile, c.Meta = name, addr, join, peersFile, Meta{Role: RoleWorker}
+		m, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	fixed := func() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))) }
+	aFile := filepath.Join(dir, "a", "peers.json")
+	a := mk("a", "127.0.0.1:0", aFile)
+	bAddr := fixed()
+	b := mk("b", bAddr, "", a.Addr())
+	c := mk("c", "127.0.0.1:0", "", a.Addr())
+	waitFor(t, 5*time.Second, "3 members", func() bool { return len(a.Members()) == 3 && len(c.Members()) == 3 })
+	waitFor(t, 5*time.Second, "a's peers file", func() bool {
+		peers, err := loadPeers(aFile)
+		return err == nil && len(peers) == 2
+	})
+	if fi, err := os.Stat(aFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("peers file: %v %v, want mode 0600", fi.Mode(), err)
+	}
+
+	// Its own restart: a comes back on another port with no join address.
+	a.Kill()
+	waitFor(t, 5*time.Second, "a gone at b", func() bool { _, ok := b.Member("a"); return !ok })
+	a = mk("a", "127.0.0.1:0", aFile)
+	waitFor(t, 5*time.Second, "restarted a sees b and c", func() bool { return len(a.Members()) == 3 })
+
+	// Their restart: b comes back at its address, knowing nobody; a and c
+	// dial it.
+	b.Kill()
+	waitFor(t, 5*time.Second, "b gone at a", func() bool { _, ok := a.Member("b"); return !ok })
+	b = mk("b", bAddr, "")
+	waitFor(t, 5*time.Second, "restarted b seen by all", func() bool {
+		return len(b.Members()) == 3 && len(a.Members()) == 3 && len(c.Members()) == 3
+	})
+
+	// A graceful leave is forgotten: nobody dials a drained node.
+	c.Close()
+	waitFor(t, 5*time.Second, "c forgotten by a", func() bool {
+		peers, err := loadPeers(aFile)
+		_, ok := peers["c"]
+		return err == nil && !ok
+	})
 }

@@ -66,7 +66,7 @@ func (c *Coordinator) startRaft() error {
 			adv = &net.TCPAddr{IP: net.ParseIP(advertiseHost("", c.ml.Addr())), Port: port}
 		}
 	}
-	trans, err := c.newRaftTransport(addr, adv, logw) // raftauth.go: mutual TLS with a cluster secret
+	trans, err := c.raftTransport(addr, adv, logw) // restart.go: ephemeral port kept; raftauth.go: mutual TLS
 	if err != nil {
 		return fmt.Errorf("coordinator: raft transport %s: %w", addr, err)
 	}
@@ -205,9 +205,13 @@ func (c *Coordinator) RemoveAPIKey(ctx context.Context, id string) error {
 // clients apart.
 func (c *Coordinator) Check(ctx context.Context, key string) (string, error) {
 	h := HashKey(key)
+	current := c.stateCurrent() // restart.go: no keys loaded yet is not "no keys"
 	c.fsm.mu.RLock()
 	defer c.fsm.mu.RUnlock()
 	if len(c.fsm.state.APIKeys) == 0 {
+		if !current {
+			return "", unavailable("cluster state is still loading; retry shortly")
+		}
 		if key == "" {
 			return "", nil
 		}
@@ -272,6 +276,7 @@ func (c *Coordinator) leaderLoop(ctx context.Context) {
 // lead serves forwarded writes and reconciles Raft membership, the model
 // registry and placement with gossip, until ctx ends.
 func (c *Coordinator) lead(ctx context.Context) {
+	c.leadSince.Store(time.Now().UnixNano()) // placement grace (restart.go)
 	sub, err := c.nc.Subscribe(cluster.SubjectRaftApply, func(m *nats.Msg) {
 		if err := c.applyLocal(m.Data); err != nil {
 			m.Respond([]byte(err.Error()))

@@ -24,11 +24,12 @@ import (
 type statusDoc struct {
 	Leader string `json:"leader"`
 	Nodes  []struct {
-		Name    string `json:"name"`
-		Role    string `json:"role"`
-		Raft    string `json:"raft"`
-		Ready   bool   `json:"ready"`
-		Running int    `json:"running"`
+		Name    string   `json:"name"`
+		Role    string   `json:"role"`
+		Raft    string   `json:"raft"`
+		Ready   bool     `json:"ready"`
+		Running int      `json:"running"`
+		Models  []string `json:"models"`
 	} `json:"nodes"`
 }
 

@@ -104,11 +104,27 @@ func TestProcessesFixedPorts(t *testing.T) {
 // chatOnce sends one chat request to the echo model and checks its answer.
 func chatOnce(ctx context.Context, t *testing.T, base, text string) {
 	t.Helper()
+	chatModel(ctx, t, base, model, text)
+}
+
+// chatModel sends one chat request to an echo engine serving name.
+func chatModel(ctx context.Context, t *testing.T, base, name, text string) {
+	t.Helper()
+	if err := tryChat(ctx, base, name, text); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tryChat(ctx context.Context, base, name, text string) error {
 	client := oai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey("sk"), option.WithMaxRetries(0))
 	c, err := client.Chat.Completions.New(ctx, oai.ChatCompletionNewParams{
-		Model: model, Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage(text)},
+		Model: name, Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage(text)},
 	})
-	if err != nil || c.Choices[0].Message.Content != text {
-		t.Fatalf("chat via %s: %+v %v, want %q", base, c, err, text)
+	if err != nil {
+		return fmt.Errorf("chat via %s: %w", base, err)
 	}
+	if got := c.Choices[0].Message.Content; got != text {
+		return fmt.Errorf("chat via %s: got %q, want %q", base, got, text)
+	}
+	return nil
 }

@@ -30,24 +30,34 @@ func init() {
 
 // clusterFlags are the flags shared by coordinator, worker and up.
 type clusterFlags struct {
-	name     string
-	gossip   string
-	join     string
-	dataDir  string
-	logLevel string
-	fast     bool
+	name    string
+	gossip  string
+	join    string
+	dataDir string
+	// dataDirSet: -data-dir was given; a worker remembers its gossip
+	// peers there only then (its default data dir is the working folder)
+	dataDirSet bool
+	logLevel   string
+	fast       bool
 	// cluster secret (init.go): the -secret-file flag, and the secret
 	// once loaded by clusterSecret
 	secretFile   string
 	secret       *cluster.Secret
 	secretLoaded bool
+	// discover finds the cluster's gossip addresses again by mDNS
+	// (observe.go); set for a worker that found its cluster that way
+	discover func(ctx context.Context) ([]string, error)
 }
 
 func (f *clusterFlags) register(fs *flag.FlagSet, gossipDefault string) {
 	fs.StringVar(&f.name, "name", "", "node name, unique in the cluster (default: host name)")
 	fs.StringVar(&f.gossip, "gossip", gossipDefault, "gossip listen address host:port (port 0: any)")
 	fs.StringVar(&f.join, "join", "", "gossip address(es) of any cluster member, comma separated")
-	fs.StringVar(&f.dataDir, "data-dir", "macpool-data", "state directory: Raft log and snapshots, embedded NATS JetStream store (models live in the Hugging Face cache)")
+	f.dataDir = "macpool-data"
+	fs.Func("data-dir", "state directory: Raft log and snapshots, embedded NATS JetStream store, the gossip peers seen (models live in the Hugging Face cache) (default \"macpool-data\")", func(v string) error {
+		f.dataDir, f.dataDirSet = v, true
+		return nil
+	})
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolVar(&f.fast, "fast-timeouts", false, "short gossip and Raft timeouts (tests on one machine)")
 	fs.StringVar(&f.secretFile, "secret-file", "", `cluster secret made by 'macpool init' (default: $MACPOOL_SECRET_FILE, else ~/.config/macpool/cluster.secret if it exists; "none": run open)`)

@@ -159,6 +159,12 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 	cfg.Engine = eng
 	cfg.Slots = slots
 	cfg.Gossip = cf.gossipConfig()
+	if cf.dataDirSet {
+		// Its own restart finds the cluster even if the -join addresses
+		// are gone (the coordinators' peers files cover theirs).
+		cfg.Gossip.PeersFile = filepath.Join(cf.dataDir, "worker-gossip-peers.json")
+	}
+	cfg.Gossip.Discover = cf.discover // mDNS when the worker found its cluster that way
 	cfg.DrainTimeout = f.drain
 	cfg.Logger = logger
 	cfg.Secret = secret
