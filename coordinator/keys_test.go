@@ -18,6 +18,7 @@ import (
 	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/coordinator"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -218,7 +219,7 @@ func TestKeyMaxStreams(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	var open []api.Stream
+	var open []job.Stream
 	for i := 0; i < 2; i++ {
 		s, err := c.Submit(ctx, chatJob("a", "alice", words(40), 40))
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // Instrument wraps an api.Service (the coordinator) so that every request is
@@ -34,7 +35,7 @@ type instrumented struct {
 	now func() time.Time
 }
 
-func (s *instrumented) Submit(ctx context.Context, job *api.Job) (api.Stream, error) {
+func (s *instrumented) Submit(ctx context.Context, job *job.Job) (job.Stream, error) {
 	start := s.now()
 	st, err := s.Service.Submit(ctx, job)
 	if err != nil {
@@ -46,13 +47,13 @@ func (s *instrumented) Submit(ctx context.Context, job *api.Job) (api.Stream, er
 	return &instrumentedStream{Stream: st, s: s, job: job, start: start}, nil
 }
 
-// instrumentedStream follows the api.Stream contract: Recv from one
+// instrumentedStream follows the job.Stream contract: Recv from one
 // goroutine, then Close once; mu only guards against a Close racing a Recv
 // in a misbehaving caller.
 type instrumentedStream struct {
-	api.Stream
+	job.Stream
 	s     *instrumented
-	job   *api.Job
+	job   *job.Job
 	start time.Time
 
 	mu       sync.Mutex
@@ -63,7 +64,7 @@ type instrumentedStream struct {
 	recorded bool
 }
 
-func (t *instrumentedStream) Recv(ctx context.Context) (*api.Event, error) {
+func (t *instrumentedStream) Recv(ctx context.Context) (*job.Event, error) {
 	ev, err := t.Stream.Recv(ctx)
 	now := t.s.now()
 	t.mu.Lock()
