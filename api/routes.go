@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -175,38 +174,6 @@ func fillModels(list []openai.Model) []openai.Model {
 		out[i] = m
 	}
 	return out
-}
-
-// readBody reads the request body within Config.MaxBodyBytes.
-func (s *Server) readBody(c *gin.Context) ([]byte, *openai.Error) {
-	limit := s.cfg.MaxBodyBytes
-	tooLarge := func() *openai.Error {
-		return &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: openai.TypeInvalidRequest, Code: "request_too_large",
-			Message: fmt.Sprintf("request body is larger than the limit of %d bytes", limit)}
-	}
-	if c.Request.ContentLength > limit {
-		return nil, tooLarge()
-	}
-	var body []byte
-	var err error
-	if n := c.Request.ContentLength; n > 0 {
-		body = make([]byte, n)
-		_, err = io.ReadFull(c.Request.Body, body)
-		if err == nil {
-			// Content-Length is honoured by net/http; nothing can follow.
-			return body, nil
-		}
-	} else {
-		body, err = io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
-	}
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, tooLarge()
-		}
-		return nil, openai.InvalidRequest("", "could not read request body: %v", err)
-	}
-	return body, nil
 }
 
 // keyID is the caller's key id set by auth.

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -27,6 +28,9 @@ type Server struct {
 	engine *gin.Engine
 	now    func() time.Time // clock for "created"; tests pin it
 	newID  func() string    // request ids; tests pin it
+	// bodyBytes is the request body bytes held by requests reading their
+	// bodies now (body.go; Config.MaxBodyBytesInFlight).
+	bodyBytes atomic.Int64
 
 	mu     sync.Mutex
 	srv    *http.Server

@@ -114,6 +114,8 @@ type coordinatorFlags struct {
 	keyQueueLimit int
 	keyMaxStreams int
 	streamWrite   time.Duration
+	bodyRead      time.Duration
+	bodyInFlight  int64
 	apiKeys       keyFlags
 	discovery     discoveryFlags // LAN advertising (observe.go)
 }
@@ -143,6 +145,8 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.queueLimit, "queue-limit", 256, "jobs queued per model before 429")
 	fs.IntVar(&f.keyQueueLimit, "key-queue-limit", 64, "jobs queued per model and API key before 429 (fairness)")
 	fs.IntVar(&f.keyMaxStreams, "key-max-streams", 0, "requests (queued or running) one API key may have open at once; more get 429 at once (0: no limit; anonymous callers are not limited)")
+	fs.DurationVar(&f.bodyRead, "body-read-timeout", api.DefaultConfig().BodyReadTimeout, "a client that has not sent its whole request body within this long gets 408 (0: never)")
+	fs.Int64Var(&f.bodyInFlight, "max-body-bytes-in-flight", api.DefaultConfig().MaxBodyBytesInFlight, "request body bytes all clients of this coordinator may have in flight; past it large requests get 429 (bodies up to 64 KiB are not counted)")
 	fs.DurationVar(&f.streamWrite, "stream-write-timeout", api.DefaultConfig().StreamWriteTimeout, "cut off a streaming client that has not read anything for this long, cancelling its generation (0: never)")
 	f.discovery.register(fs)
 	fs.Var(&f.apiKeys, "api-key", "store API key ID:SECRET in the cluster state (hashed; repeatable); once any key is stored, requests need one")
@@ -230,6 +234,8 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 	acfg.Addr = httpAddr
 	acfg.ShutdownTimeout = 5 * time.Second
 	acfg.StreamWriteTimeout = f.streamWrite
+	acfg.BodyReadTimeout = f.bodyRead
+	acfg.MaxBodyBytesInFlight = f.bodyInFlight
 	acfg.Auth = c // anonymous while the cluster stores no API keys
 
 	// Metrics around the service, for /metrics (observe.go).
