@@ -16,14 +16,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/job"
 )
-
-var _ api.Service = (*Coordinator)(nil)
-var _ api.KeyChecker = (*Coordinator)(nil)
 
 func unavailable(format string, args ...any) *openai.Error {
 	return openai.Unavailable(format, args...)

@@ -244,7 +244,7 @@ func TestBrowser(t *testing.T) {
 	// The page keeps polling: the queue of qwen3-8b grows with every poll.
 	q1 := strings.TrimSpace(text(`tr[data-model="qwen3-8b"] td.queued`))
 	poll("queue to grow", `parseInt(document.querySelector('tr[data-model="qwen3-8b"] td.queued').textContent, 10) > `+q1)
-	// distrib: a placed model still being fetched shows its progress.
+	// a placed model still being fetched shows its progress.
 	if m := text(`tr[data-model="qwen3-8b"]`); !strings.Contains(m, "mac-mini-2: fetching 25% (peers)") || strings.Contains(m, "mac-studio-1: ready") {
 		t.Errorf("model row %q lacks the install progress of mac-mini-2 (only)", m)
 	}

@@ -28,7 +28,7 @@ import (
 // in separate worker processes, and kill or restart workers while streams
 // run. A failed-over stream must go on with exactly the text an
 // uninterrupted run produces (seeded sampling makes a run reproducible;
-// docs/notes/chaos.md).
+// docs/cluster.md, "Testing under failure").
 
 // realCluster is a coordinator and real-engine workers.
 type realCluster struct {

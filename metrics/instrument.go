@@ -8,12 +8,21 @@ import (
 	"sync"
 	"time"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/job"
 )
 
-// Instrument wraps an api.Service (the coordinator) so that every request is
+// Service is the request path that Instrument wraps: the method set of
+// api.Service, declared here so that metrics does not depend on the HTTP
+// layer. What Instrument returns is again a Service, so it can be handed to
+// api.New in place of the coordinator.
+type Service interface {
+	Models(ctx context.Context) ([]openai.Model, error)
+	Ready(ctx context.Context) error
+	Submit(ctx context.Context, req *job.Job) (job.Stream, error)
+}
+
+// Instrument wraps a Service (the coordinator) so that every request is
 // recorded without changes to the service: status and duration, time to
 // first token, inter-token latency, generated and prompt tokens per worker,
 // prefix-cache lookups (a request whose usage reports cached prompt tokens is
@@ -22,7 +31,7 @@ import (
 // records it with ObserveQueueWait.
 //
 // The clock is time.Now; a nil r returns svc unchanged.
-func (r *Registry) Instrument(svc api.Service) api.Service {
+func (r *Registry) Instrument(svc Service) Service {
 	if r == nil {
 		return svc
 	}
@@ -30,7 +39,7 @@ func (r *Registry) Instrument(svc api.Service) api.Service {
 }
 
 type instrumented struct {
-	api.Service
+	Service
 	r   *Registry
 	now func() time.Time
 }

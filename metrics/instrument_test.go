@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/job"
 )
@@ -57,7 +56,7 @@ type fakeClock struct{ t time.Time }
 
 func (c *fakeClock) now() time.Time { return c.t }
 
-func instrument(r *Registry, f *fakeService) api.Service {
+func instrument(r *Registry, f *fakeService) Service {
 	f.clock = &fakeClock{t: time.Unix(1700000000, 0)}
 	svc := r.Instrument(f)
 	svc.(*instrumented).now = f.clock.now
@@ -66,7 +65,7 @@ func instrument(r *Registry, f *fakeService) api.Service {
 
 // drain runs a request as the api package does: Recv until EOF or error,
 // then Close once.
-func drain(t *testing.T, ctx context.Context, svc api.Service, job *job.Job, maxRecv int) error {
+func drain(t *testing.T, ctx context.Context, svc Service, job *job.Job, maxRecv int) error {
 	t.Helper()
 	st, err := svc.Submit(ctx, job)
 	if err != nil {

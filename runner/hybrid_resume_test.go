@@ -86,7 +86,7 @@ func background(t *testing.T, e *Runner) {
 // engine beside other requests; odd PrefillChunk/MaxBatchTokens limits cut
 // the 150-token prompt, so this holds only because the scheduler ends
 // hybrid prompt chunks and takes snapshots at multiples of
-// engine.DeltaNetChunk (docs/notes/invariance.md).
+// engine.DeltaNetChunk (docs/engine.md, "Batch invariance").
 func TestHybridResumeExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
 	prompt := make([]int, 150)

@@ -311,7 +311,7 @@ func (e *Runner) schedule(st *sched) []item {
 // alignChunk ends a prompt chunk of n tokens at pos of a hybrid model at a
 // multiple of engine.Model.PrefillAlign (the delta rule's chunk) or at the
 // prompt's end, so that the chunking changes no bits of the sequence
-// (engine.DeltaNetChunk, docs/notes/invariance.md): it shortens the chunk,
+// (engine.DeltaNetChunk, docs/engine.md, "Batch invariance"): it shortens the chunk,
 // or, when that leaves nothing, lengthens it to the next multiple (then the
 // pass exceeds PrefillChunk or MaxBatchTokens by less than one multiple).
 // rest is the tokens of the step not yet fed. Generated tokens (a resume,

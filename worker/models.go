@@ -1,6 +1,6 @@
 package worker
 
-// Placed models (distrib, issue #10; docs/notes/distrib.md): besides the
+// Placed models (docs/cluster.md, "Model placement and distribution"): besides the
 // models it was started with, a worker with Config.Placed serves the
 // models the coordinators' placement gives it. It
 //   - runs a modelstore server so that peers can pull its models

@@ -78,7 +78,7 @@ type Config struct {
 	Secret *cluster.Secret
 	// Placed, if set, makes the worker serve the models the coordinators
 	// place on it besides Models, and share its models with peers
-	// (models.go, docs/notes/distrib.md). Models and Engine may then be empty.
+	// (models.go). Models and Engine may then be empty.
 	Placed *ModelsConfig
 	Logger *slog.Logger
 }
@@ -100,7 +100,7 @@ func (c Config) Validate() error {
 	if c.Name == "" {
 		return errors.New("worker: name must be set")
 	}
-	if len(c.Models) == 0 && c.Placed == nil { // distrib: placed models come later (models.go)
+	if len(c.Models) == 0 && c.Placed == nil { // placed models come later (models.go)
 		return errors.New("worker: at least one model must be served")
 	}
 	if c.Engine == nil && len(c.Models) > 0 {
@@ -189,7 +189,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w.ml = ml
-	if err := w.initPlaced(); err != nil { // distrib: model store, placed models (models.go)
+	if err := w.initPlaced(); err != nil { // model store, placed models (models.go)
 		ml.Close()
 		return nil, err
 	}
@@ -277,7 +277,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			go func() { defer wg.Done(); w.pullLoop(ctx, pctx, nc, js, model) }()
 		}
 	}
-	w.runPlaced(ctx, pctx, nc, js, &wg) // distrib: models placed by the coordinators (models.go)
+	w.runPlaced(ctx, pctx, nc, js, &wg) // models placed by the coordinators (models.go)
 	select {
 	case <-ctx.Done():
 	case <-w.drain.drained:
@@ -583,7 +583,7 @@ func (w *Worker) gossipLoad(ctx context.Context) {
 			m.Leaving = w.drain.draining.Load() // drain: route nothing new here
 			m.Ready = w.Ready()
 			m.Running = int(w.running.Load())
-			m.Models = w.servedModels() // distrib: plus placed models (models.go)
+			m.Models = w.servedModels() // plus placed models (models.go)
 			m.Free = w.cfg.Slots*len(m.Models) - m.Running
 			if m.Free < 0 {
 				m.Free = 0

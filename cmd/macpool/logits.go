@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 
 	"github.com/macpool/macpool/engine"
@@ -70,12 +70,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
-	var b [4]byte
-	for _, v := range logits[0] {
-		binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
-		w.Write(b[:])
-	}
-	if err := w.Flush(); err != nil {
+	if err := errors.Join(binary.Write(w, binary.LittleEndian, logits[0]), w.Flush()); err != nil {
 		f.Close()
 		return fmt.Errorf("write %s: %w", *out, err)
 	}

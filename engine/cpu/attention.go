@@ -135,7 +135,7 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 	}
 	b.parallel(len(tasks), 1, func(lo, hi, w int) {
 		// Each task is two GEMMs over the dimension-major cache
-		// (kernels.AttentionRows, owner: kernels).
+		// (kernels.AttentionRows).
 		buf := b.scratchBuf(w, kernels.AttentionScratch(attnRows, group, hd, maxLen))
 		for _, t := range tasks[lo:hi] {
 			s := seqs[t.seq]
