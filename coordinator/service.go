@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -635,6 +636,9 @@ func (c *Coordinator) failover(ctx context.Context, s *stream, w, reason string,
 	// Published off the caller's goroutine (it may wait for a stream leader).
 	go func() {
 		defer c.requeues.Done()
+		if c.offerFailover(ctx, s, msg, w, needOther) {
+			return
+		}
 		ack, err := c.publish(ctx, msg)
 		if err != nil {
 			s.fail(unavailable("%s; requeueing it failed: %v", reason, err))
@@ -646,6 +650,41 @@ func (c *Coordinator) failover(ctx context.Context, s *stream, w, reason string,
 		}
 		s.mu.Unlock()
 	}()
+}
+
+// offerFailover offers a failed-over job to a live worker over core NATS
+// (the offer of prefix routing) before it is queued: the worker it ran on
+// first, when it may be used (a gap in its frames: it is alive and holds
+// the prompt in its cache), then the others with the most free slots. A
+// requeue through JetStream waits for the stream's leader, and the failure
+// that lost the frames (a coordinator and its NATS server killed) often
+// took that leader with it: surviving streams stalled for seconds while
+// JetStream elected a new one. It reports whether a worker took the job.
+func (c *Coordinator) offerFailover(ctx context.Context, s *stream, msg *nats.Msg, w string, needOther bool) bool {
+	var cands []cluster.Member
+	for _, m := range c.workersFor(s.model) {
+		if m.Name != w || !needOther {
+			cands = append(cands, m)
+		}
+	}
+	slices.SortStableFunc(cands, func(a, b cluster.Member) int {
+		if (a.Name == w) != (b.Name == w) {
+			if a.Name == w {
+				return -1
+			}
+			return 1
+		}
+		return b.Meta.Free - a.Meta.Free
+	})
+	for i, m := range cands {
+		if i == maxOffers {
+			break
+		}
+		if c.offer(ctx, s, msg, m.Name) {
+			return true
+		}
+	}
+	return false
 }
 
 // fail ends the stream with an error event unless it already ended.
