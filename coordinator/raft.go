@@ -135,6 +135,7 @@ func (c *Coordinator) propose(ctx context.Context, t cmdType, body any) error {
 			cancel()
 			if err == nil {
 				if len(resp.Data) == 0 {
+					c.awaitApplied(ctx, resp) // readwrite.go: read-your-writes
 					return nil
 				}
 				err = errors.New(string(resp.Data))
@@ -231,13 +232,8 @@ func (c *Coordinator) leaderLoop(ctx context.Context) {
 // registry and placement with gossip, until ctx ends.
 func (c *Coordinator) lead(ctx context.Context) {
 	c.leadSince.Store(time.Now().UnixNano()) // placement grace (restart.go)
-	sub, err := c.nc.Subscribe(cluster.SubjectRaftApply, func(m *nats.Msg) {
-		if err := c.applyLocal(m.Data); err != nil {
-			m.Respond([]byte(err.Error()))
-			return
-		}
-		m.Respond(nil)
-	})
+	// Forwarded writes, answered with their log index (readwrite.go).
+	sub, err := c.nc.Subscribe(cluster.SubjectRaftApply, c.answerApply)
 	if err != nil {
 		c.log.Error("subscribe raft apply", "err", err)
 	} else {
