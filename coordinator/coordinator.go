@@ -85,6 +85,11 @@ type Config struct {
 	// AdminToken, if set, is a bearer credential for the admin endpoints
 	// (keys, drain; keys.go) besides API keys stored with admin rights.
 	AdminToken string
+	// RequireKeys closes the API and the admin endpoints while no API key
+	// is stored (instead of serving everyone): set when the HTTP API
+	// listens beyond loopback, where anyone on the network could use it
+	// (keys.go; cmd/macpool creates and prints the first admin key).
+	RequireKeys bool
 	// StallTimeout moves a running job to another worker (or fails it)
 	// when its worker, still alive, sent no frame for this long; 0: never.
 	// It must exceed the longest prefill (no frames are sent meanwhile).

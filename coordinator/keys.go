@@ -209,7 +209,7 @@ func (c *Coordinator) CheckAdmin(_ context.Context, token string) error {
 	current := c.stateCurrent() // restart.go
 	c.fsm.mu.RLock()
 	defer c.fsm.mu.RUnlock()
-	if len(c.fsm.state.APIKeys) == 0 && c.cfg.AdminToken == "" {
+	if len(c.fsm.state.APIKeys) == 0 && c.cfg.AdminToken == "" && !c.cfg.RequireKeys {
 		if !current {
 			return unavailable("cluster state is still loading; retry shortly")
 		}
@@ -232,7 +232,7 @@ func (c *Coordinator) CheckAdmin(_ context.Context, token string) error {
 func (c *Coordinator) AdminOpen() bool {
 	c.fsm.mu.RLock()
 	defer c.fsm.mu.RUnlock()
-	return len(c.fsm.state.APIKeys) == 0 && c.cfg.AdminToken == ""
+	return len(c.fsm.state.APIKeys) == 0 && c.cfg.AdminToken == "" && !c.cfg.RequireKeys
 }
 
 // HashKey is the stored form of an API key secret.
@@ -253,6 +253,9 @@ func (c *Coordinator) Check(ctx context.Context, key string) (string, error) {
 	if len(c.fsm.state.APIKeys) == 0 {
 		if !current {
 			return "", unavailable("cluster state is still loading; retry shortly")
+		}
+		if c.cfg.RequireKeys {
+			return "", unauthorized("this coordinator's API listens beyond loopback and needs an API key: use the admin key it printed at its first start, or create one with macpool keys create")
 		}
 		if key == "" {
 			return "", nil

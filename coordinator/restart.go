@@ -84,6 +84,10 @@ func (c *Coordinator) stateCurrent() bool {
 	return true
 }
 
+// StateLoaded reports whether this coordinator's state is the cluster's
+// (stateCurrent): after a restart or a first join, not before it caught up.
+func (c *Coordinator) StateLoaded() bool { return c.stateCurrent() }
+
 // placementYoung reports whether this leader's view of the cluster is
 // younger than Config.PlacementGrace: workers may still be rejoining, so
 // no placement is withdrawn yet.

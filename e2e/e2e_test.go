@@ -53,6 +53,7 @@ type proc struct {
 	fields map[string]string // from its "listening ..." line
 	done   chan struct{}
 	stderr func() string // what it logged so far
+	stdout func() string // what it printed so far
 }
 
 // start runs macpool with args, waits for its "listening role=ROLE" line and
@@ -79,10 +80,15 @@ func startEnv(t *testing.T, env []string, role string, args ...string) *proc {
 	}
 	p := &proc{cmd: cmd, done: make(chan struct{})}
 	p.stderr = func() string { mu.Lock(); defer mu.Unlock(); return stderr.String() }
+	var out strings.Builder
+	p.stdout = func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
 	lines := make(chan map[string]string, 4)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			mu.Lock()
+			out.WriteString(sc.Text() + "\n")
+			mu.Unlock()
 			if f, ok := parseListening(sc.Text()); ok {
 				lines <- f
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -118,6 +119,8 @@ type coordinatorFlags struct {
 	bodyRead      time.Duration
 	bodyInFlight  int64
 	apiKeys       keyFlags
+	openAPI       bool
+	requireKey    bool
 	discovery     discoveryFlags // LAN advertising (observe.go)
 }
 
@@ -151,6 +154,8 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.streamWrite, "stream-write-timeout", api.DefaultConfig().StreamWriteTimeout, "cut off a streaming client that has not read anything for this long, cancelling its generation (0: never)")
 	f.discovery.register(fs)
 	fs.Var(&f.apiKeys, "api-key", "store API key ID:SECRET in the cluster state (hashed; repeatable); once any key is stored, requests need one")
+	fs.BoolVar(&f.requireKey, "require-api-key", false, "need an API key while none is stored also on a loopback -http (behind a reverse proxy on this machine, say); the first start creates and prints an admin key")
+	fs.BoolVar(&f.openAPI, "open-api", false, "serve the API without keys while none is stored even when -http listens beyond loopback (anyone on the network can use it); default: keys required there, and the first start creates and prints an admin key")
 }
 
 func (f *coordinatorFlags) config(logger *slog.Logger, httpAddr string) (coordinator.Config, error) {
@@ -180,6 +185,14 @@ func (f *coordinatorFlags) config(logger *slog.Logger, httpAddr string) (coordin
 	cfg.KeyMaxStreams = f.keyMaxStreams
 	cfg.HTTPAddr = httpAddr
 	cfg.Logger = logger
+	if exposed := cluster.ExposedAddrs(httpAddr); len(exposed) > 0 {
+		if f.openAPI {
+			logger.Warn("-open-api: the API listens beyond loopback and serves anyone who can reach it while no API key is stored", "http", httpAddr)
+		} else {
+			cfg.RequireKeys = true // firstAdminKey prints the key to use
+		}
+	}
+	cfg.RequireKeys = cfg.RequireKeys || f.requireKey
 	secret, err := f.clusterSecret(logger, f.gossip, f.natsListen, f.natsCluster, f.raft) // init.go
 	if err != nil {
 		return cfg, err
@@ -255,10 +268,42 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 			return nil
 		})
 	}
+	if cfg.RequireKeys && len(f.apiKeys) == 0 {
+		g.Go(func() error { firstAdminKey(ctx, c, httpAddr, stdout, logger); return nil })
+	}
 	g.Go(func() error { return srv.Serve(ctx, ln) })
 	fmt.Fprintf(stdout, "listening role=coordinator name=%s http=%s gossip=%s nats=%s raft=%s\n",
 		cfg.Name, httpAddr, c.GossipAddr(), c.NATSURL(), c.RaftAddr())
 	return c, ln, nil
+}
+
+// firstAdminKey creates and prints an admin key when the cluster stores
+// none and the API listens beyond loopback (where it then refuses callers
+// without a key): the operator's way in at the first start. It waits for
+// the cluster state, so a restarted or joining coordinator that finds keys
+// creates nothing.
+func firstAdminKey(ctx context.Context, c *coordinator.Coordinator, httpAddr string, stdout io.Writer, logger *slog.Logger) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !c.StateLoaded() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	if len(c.Keys()) > 0 {
+		return
+	}
+	k, err := c.CreateAPIKey(ctx, admin.KeyRequest{ID: "admin", Name: "created at the first start", Admin: true})
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, coordinator.ErrKeyExists) {
+			logger.Warn("creating the first admin key", "err", err)
+		}
+		return
+	}
+	fmt.Fprintf(stdout, "api key required: the API listens on %s beyond loopback; created admin key %q (shown once, only its hash is stored):\n", httpAddr, k.ID)
+	fmt.Fprintf(stdout, "export OPENAI_API_KEY=%s\n", k.Secret)
 }
 
 // apiConfig is the HTTP server's configuration: api.DefaultConfig's
