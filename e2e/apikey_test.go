@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -17,12 +18,17 @@ import (
 	"github.com/openai/openai-go/v3/option"
 )
 
-var exportKey = regexp.MustCompile(`(?m)^export OPENAI_API_KEY=(\S+)$`)
+var (
+	exportKey = regexp.MustCompile(`(?m)^export OPENAI_API_KEY=(\S+)$`)
+	keyFile   = regexp.MustCompile(`written to (\S+) \(mode 0600`)
+)
 
 // TestProcessesAPIKeyRequired: a coordinator whose API listens beyond
 // loopback (here forced on loopback with --require-api-key, as tests stay
 // on 127.0.0.1) needs an API key even while none is stored: its first start
-// creates an admin key and prints `export OPENAI_API_KEY=…`; callers without
+// creates an admin key and prints `export OPENAI_API_KEY=…` (to a terminal;
+// a pipe, like a service's log, gets the path of a 0600 file holding that
+// line instead); callers without
 // it get 401 on the API and the admin endpoints; a restart creates no
 // second key and the printed one still works. (Before, such a coordinator
 // served anyone on the network until someone created a key.)
@@ -33,13 +39,24 @@ func TestProcessesAPIKeyRequired(t *testing.T) {
 	up := start(t, "coordinator", args...)
 	base := "http://" + up.fields["http"]
 	var key string
-	waitFor(t, 15*time.Second, "the printed admin key", func() bool {
-		m := exportKey.FindStringSubmatch(up.stdout())
-		if m != nil {
-			key = m[1]
+	waitFor(t, 15*time.Second, "the admin key's file", func() bool {
+		m := keyFile.FindStringSubmatch(up.stdout())
+		if m == nil {
+			return false
 		}
-		return m != nil
+		fi, err := os.Stat(m[1])
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("admin key file %s: %v %v, want mode 0600", m[1], fi, err)
+		}
+		b, _ := os.ReadFile(m[1])
+		if k := exportKey.FindStringSubmatch(string(b)); k != nil {
+			key = k[1]
+		}
+		return key != ""
 	})
+	if strings.Contains(up.stdout(), key) {
+		t.Fatalf("the admin key was printed to a pipe (a service log):\n%s", up.stdout())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	anon := oai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithMaxRetries(0))
@@ -70,7 +87,7 @@ func TestProcessesAPIKeyRequired(t *testing.T) {
 	up = start(t, "coordinator", args...)
 	base = "http://" + up.fields["http"]
 	waitStatusKey(t, base, key, func(s string) bool { return strings.Contains(s, `"ready":true`) })
-	if strings.Contains(up.stdout(), "OPENAI_API_KEY") {
+	if strings.Contains(up.stdout(), "admin-key") {
 		t.Errorf("a restart with a stored key printed a new one:\n%s", up.stdout())
 	}
 }

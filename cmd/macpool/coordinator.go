@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -269,7 +270,7 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 		})
 	}
 	if cfg.RequireKeys && len(f.apiKeys) == 0 {
-		g.Go(func() error { firstAdminKey(ctx, c, httpAddr, stdout, logger); return nil })
+		g.Go(func() error { firstAdminKey(ctx, c, httpAddr, f.dataDir, stdout, logger); return nil })
 	}
 	g.Go(func() error { return srv.Serve(ctx, ln) })
 	fmt.Fprintf(stdout, "listening role=coordinator name=%s http=%s gossip=%s nats=%s raft=%s\n",
@@ -281,8 +282,10 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 // none and the API listens beyond loopback (where it then refuses callers
 // without a key): the operator's way in at the first start. It waits for
 // the cluster state, so a restarted or joining coordinator that finds keys
-// creates nothing.
-func firstAdminKey(ctx context.Context, c *coordinator.Coordinator, httpAddr string, stdout io.Writer, logger *slog.Logger) {
+// creates nothing. The key is printed only to a terminal: a service's
+// stdout goes to a log file others may read, so there it goes to
+// DATA-DIR/admin-key (0600) and only the path is printed.
+func firstAdminKey(ctx context.Context, c *coordinator.Coordinator, httpAddr, dataDir string, stdout io.Writer, logger *slog.Logger) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for !c.StateLoaded() {
@@ -302,8 +305,27 @@ func firstAdminKey(ctx context.Context, c *coordinator.Coordinator, httpAddr str
 		}
 		return
 	}
-	fmt.Fprintf(stdout, "api key required: the API listens on %s beyond loopback; created admin key %q (shown once, only its hash is stored):\n", httpAddr, k.ID)
-	fmt.Fprintf(stdout, "export OPENAI_API_KEY=%s\n", k.Secret)
+	line := fmt.Sprintf("export OPENAI_API_KEY=%s\n", k.Secret)
+	if isTerminal(stdout) {
+		fmt.Fprintf(stdout, "api key required: the API listens on %s beyond loopback; created admin key %q (shown once, only its hash is stored):\n%s", httpAddr, k.ID, line)
+		return
+	}
+	path := filepath.Join(dataDir, "admin-key")
+	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
+		logger.Warn("writing the first admin key", "path", path, "err", err)
+		return
+	}
+	fmt.Fprintf(stdout, "api key required: the API listens on %s beyond loopback; created admin key %q, written to %s (mode 0600; only its hash is stored in the cluster)\n", httpAddr, k.ID, path)
+}
+
+// isTerminal reports whether w is a terminal (not a pipe or a log file).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // apiConfig is the HTTP server's configuration: api.DefaultConfig's
