@@ -20,7 +20,7 @@ import (
 
 var (
 	exportKey = regexp.MustCompile(`(?m)^export OPENAI_API_KEY=(\S+)$`)
-	keyFile   = regexp.MustCompile(`written to (\S+) \(mode 0600`)
+	keyFile   = regexp.MustCompile(`admin key "admin", written to (\S+) \(mode 0600`)
 )
 
 // TestProcessesAPIKeyRequired: a coordinator whose API listens beyond
@@ -39,6 +39,11 @@ func TestProcessesAPIKeyRequired(t *testing.T) {
 	up := start(t, "coordinator", args...)
 	base := "http://" + up.fields["http"]
 	var key string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("up stdout:\n%s", up.stdout())
+		}
+	})
 	waitFor(t, 15*time.Second, "the admin key's file", func() bool {
 		m := keyFile.FindStringSubmatch(up.stdout())
 		if m == nil {

@@ -18,9 +18,15 @@ import (
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/macpool/macpool/cluster"
 )
 
 var binary string
+
+// e2eSecret is the cluster secret every process of these tests finds by
+// default (TestMain).
+var e2eSecret *cluster.Secret
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "macpool-e2e-")
@@ -39,6 +45,20 @@ func TestMain(m *testing.M) {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building macpool:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	// Secure by default: every process finds this cluster secret in
+	// $MACPOOL_HOME (a coordinator would create it), unless a test runs
+	// one with -insecure or -secret-file none.
+	initCmd := exec.Command(binary, "init")
+	if out, err := initCmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: macpool init: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	if e2eSecret, err = cluster.LoadSecret(filepath.Join(dir, "home", "cluster.secret")); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}

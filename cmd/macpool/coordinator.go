@@ -47,6 +47,9 @@ type clusterFlags struct {
 	secretFile   string
 	secret       *cluster.Secret
 	secretLoaded bool
+	// insecure: -insecure, run without a cluster secret (plaintext gossip,
+	// NATS, Raft); -secret-file none means the same (secure.go)
+	insecure bool
 	// discover finds the cluster's gossip addresses again by mDNS
 	// (observe.go); set for a worker that found its cluster that way
 	discover func(ctx context.Context) ([]string, error)
@@ -63,6 +66,7 @@ func (f *clusterFlags) register(fs *flag.FlagSet, gossipDefault string) {
 	})
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolVar(&f.fast, "fast-timeouts", false, "short gossip and Raft timeouts (tests on one machine)")
+	fs.BoolVar(&f.insecure, "insecure", false, "run without a cluster secret: gossip, NATS, Raft and the model store in plaintext, open to anyone on the network (default: a coordinator creates the secret, a worker needs it: -join TOKEN or the secret file)")
 	fs.StringVar(&f.secretFile, "secret-file", "", `cluster secret made by 'macpool init' (default: $MACPOOL_SECRET_FILE, else ~/.config/macpool/cluster.secret if it exists; "none": run open)`)
 }
 
@@ -198,6 +202,14 @@ func (f *coordinatorFlags) config(logger *slog.Logger, httpAddr string) (coordin
 	if err != nil {
 		return cfg, err
 	}
+	if secret == nil && !f.optedOut() {
+		if len(cfg.Gossip.Join) > 0 {
+			return cfg, errNoSecret // secure.go: joining a cluster takes its secret
+		}
+		if secret, err = f.createSecret(logger); err != nil { // secure.go: a new cluster gets one
+			return cfg, err
+		}
+	}
 	cfg.Secret = secret
 	if secret != nil && cfg.AdminToken == "" {
 		cfg.AdminToken = secret.AdminToken() // macpool keys/drain send it when they find the secret
@@ -211,6 +223,9 @@ func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	var f coordinatorFlags
 	f.register(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := f.useJoinToken(); err != nil { // secure.go: -join TOKEN
 		return err
 	}
 	logger, err := f.logger(stderr)
@@ -275,6 +290,9 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 	g.Go(func() error { return srv.Serve(ctx, ln) })
 	fmt.Fprintf(stdout, "listening role=coordinator name=%s http=%s gossip=%s nats=%s raft=%s\n",
 		cfg.Name, httpAddr, c.GossipAddr(), c.NATSURL(), c.RaftAddr())
+	if cfg.Secret != nil {
+		printJoinToken(stdout, cfg.Secret, c.GossipAddr(), f.dataDir, logger) // secure.go
+	}
 	return c, ln, nil
 }
 
@@ -307,7 +325,7 @@ func firstAdminKey(ctx context.Context, c *coordinator.Coordinator, httpAddr, da
 	}
 	line := fmt.Sprintf("export OPENAI_API_KEY=%s\n", k.Secret)
 	if isTerminal(stdout) {
-		fmt.Fprintf(stdout, "api key required: the API listens on %s beyond loopback; created admin key %q (shown once, only its hash is stored):\n%s", httpAddr, k.ID, line)
+		fmt.Fprintf(stdout, "api key required (the API on %s listens beyond loopback, or -require-api-key): created admin key %q (shown once, only its hash is stored):\n%s", httpAddr, k.ID, line)
 		return
 	}
 	path := filepath.Join(dataDir, "admin-key")
@@ -315,7 +333,7 @@ func firstAdminKey(ctx context.Context, c *coordinator.Coordinator, httpAddr, da
 		logger.Warn("writing the first admin key", "path", path, "err", err)
 		return
 	}
-	fmt.Fprintf(stdout, "api key required: the API listens on %s beyond loopback; created admin key %q, written to %s (mode 0600; only its hash is stored in the cluster)\n", httpAddr, k.ID, path)
+	fmt.Fprintf(stdout, "api key required (the API on %s listens beyond loopback, or -require-api-key): created admin key %q, written to %s (mode 0600; only its hash is stored in the cluster)\n", httpAddr, k.ID, path)
 }
 
 // isTerminal reports whether w is a terminal (not a pipe or a log file).

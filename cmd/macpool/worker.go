@@ -91,6 +91,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := cf.useJoinToken(); err != nil { // secure.go: -join TOKEN
+		return err
+	}
 	if cf.join == "" { // no -join: find a coordinator on the LAN (mDNS, observe.go)
 		dlogger, err := cf.logger(stderr)
 		if err != nil {
@@ -123,6 +126,9 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 	secret, err := cf.clusterSecret(logger, cf.gossip) // init.go; before loading a model
 	if err != nil {
 		return err
+	}
+	if secret == nil && !cf.optedOut() {
+		return errNoSecret // secure.go: never plaintext unless -insecure
 	}
 	eng, model, closeEngine, err := f.placed.engine(f, logger) // distrib: f.engine, or none without -model
 	if err != nil {
