@@ -18,6 +18,10 @@ import (
 // The secret is still in the running process's argv (ps shows it); only
 // files are covered here.
 
+// joinTokenPrefix starts a join token (cluster.JoinToken), whose value holds
+// the cluster secret.
+const joinTokenPrefix = "mpj1."
+
 // secretWords mark a flag or environment variable whose value is a secret.
 var secretWords = []string{"KEY", "SECRET", "TOKEN", "PASSWORD"}
 
@@ -45,8 +49,12 @@ func secretArgs(args []string) map[int]bool {
 		if !strings.HasPrefix(a, "-") || a == "--" {
 			continue
 		}
-		name, _, hasValue := strings.Cut(a, "=")
-		if !secretName(name) {
+		name, val, hasValue := strings.Cut(a, "=")
+		if !hasValue && i+1 < len(args) {
+			val = args[i+1]
+		}
+		// A join token (-join TOKEN) carries the cluster secret.
+		if !secretName(name) && !strings.HasPrefix(val, joinTokenPrefix) {
 			continue
 		}
 		if hasValue {

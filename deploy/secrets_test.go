@@ -35,7 +35,8 @@ func worldReadable(t *testing.T, dir string, secrets ...string) {
 // no file the installer writes may show a secret to other users.
 func TestServiceSecretsNotWorldReadable(t *testing.T) {
 	const key, token = "team:sk-verysecret", "hf_tokensecret"
-	args := []string{"-http", ":8080", "--api-key", key, "-admin-key=" + "mp-admin", "-key-queue-limit", "8", "-secret-file", "/etc/macpool/cluster.secret"}
+	args := []string{"-http", ":8080", "--api-key", key, "-admin-key=" + "mp-admin", "-key-queue-limit", "8", "-secret-file", "/etc/macpool/cluster.secret",
+		"-join", "mpj1.tokensecret"}
 	t.Run("systemd", func(t *testing.T) {
 		for _, system := range []bool{false, true} {
 			home := t.TempDir()
@@ -52,7 +53,7 @@ func TestServiceSecretsNotWorldReadable(t *testing.T) {
 			if err := inst.Install(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			worldReadable(t, home, key, "mp-admin", token)
+			worldReadable(t, home, key, "mp-admin", token, "mpj1.tokensecret")
 			unit, _ := os.ReadFile(cfg.Path())
 			for _, want := range []string{"--api-key ${MACPOOL_SECRET_1}", "-admin-key=${MACPOOL_SECRET_2}", "-key-queue-limit 8",
 				"-secret-file /etc/macpool/cluster.secret", "EnvironmentFile=" + cfg.EnvFile(), "Environment=HF_HOME=/cache"} {
@@ -89,7 +90,7 @@ func TestServiceSecretsNotWorldReadable(t *testing.T) {
 		if err := inst.Install(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		worldReadable(t, home, key, "mp-admin")
+		worldReadable(t, home, key, "mp-admin", "mpj1.tokensecret")
 		if fi, err := os.Stat(cfg.Path()); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("plist with a secret argument: %v %v, want mode 0600", fi.Mode(), err)
 		}
