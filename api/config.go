@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/macpool/macpool/api/openai"
 )
 
 // Config configures the HTTP server.
@@ -43,6 +45,11 @@ type Config struct {
 	// cut off and its generation cancelled, so it cannot hold a worker
 	// slot or the coordinator's buffered events. 0 disables it.
 	StreamWriteTimeout time.Duration
+	// OnRejected, if set, is told of every request answered with an error
+	// before it reached the Service (bad JSON, a missing key, an unknown
+	// route, a body bound): the Service's instrumentation never sees
+	// those, so /metrics counts them through this (outcome.go).
+	OnRejected func(path string, e *openai.Error)
 	// Auth checks API keys; nil serves everyone anonymously.
 	Auth KeyChecker
 

@@ -72,16 +72,22 @@ func (s *Server) base(c *gin.Context) {
 			}
 			c.Abort()
 		}
+		status := outcome(c) // outcome.go: as /metrics counts it
+		s.reportRejected(c, status)
 		level := slog.LevelInfo
-		if c.Writer.Status() >= 500 {
+		if status >= 500 {
 			level = slog.LevelWarn
 		}
 		if s.log.Enabled(c.Request.Context(), level) {
-			s.log.Log(c.Request.Context(), level, "request",
+			var httpStatus []any
+			if status != c.Writer.Status() {
+				httpStatus = []any{"http_status", c.Writer.Status()}
+			}
+			s.log.Log(c.Request.Context(), level, "request", append([]any{
 				"request_id", id, "method", c.Request.Method, "path", c.Request.URL.Path,
-				"status", c.Writer.Status(), "duration", time.Since(start),
+				"status", status}, append(httpStatus, "duration", time.Since(start),
 				"worker", c.Writer.Header().Get(HeaderWorker), "key_id", c.GetString(ctxKeyID),
-				"client_request_id", c.GetHeader(HeaderRequestID))
+				"client_request_id", c.GetHeader(HeaderRequestID))...)...)
 		}
 	}()
 	c.Next()
@@ -201,6 +207,7 @@ func writeError(c *gin.Context, e *openai.Error) {
 		c.Header("Retry-After", strconv.FormatInt(secs, 10))
 	}
 	c.Abort()
+	c.Set(ctxKeyError, e) // outcome.go
 	writeJSON(c, e.HTTPStatus(), openai.ErrorResponse{Error: e})
 }
 

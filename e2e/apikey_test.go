@@ -83,6 +83,24 @@ func TestProcessesAPIKeyRequired(t *testing.T) {
 	if err != nil || c.Choices[0].Message.Content != "keyed" {
 		t.Fatalf("chat with the printed key: %+v %v", c, err)
 	}
+	// The refused requests (401s before the service saw them, a 400 for bad
+	// JSON) are counted in /metrics like any other.
+	if resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":`)); err == nil {
+		resp.Body.Close()
+	}
+	mreq, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	mreq.Header.Set("Authorization", "Bearer "+key)
+	mresp, err := http.DefaultClient.Do(mreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{`status="401"`, `macpool_errors_total{kind="invalid_api_key"}`} {
+		if !strings.Contains(string(mb), want) {
+			t.Errorf("/metrics lacks %s for the refused requests:\n%s", want, grepLines(string(mb), "macpool_requests_total", "macpool_errors_total"))
+		}
+	}
 	cmd := exec.Command(binary, "keys", "list", "--coordinator", up.fields["http"], "--admin-key", key)
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "admin") {
 		t.Fatalf("keys list with the printed admin key: %v\n%s", err, out)
@@ -123,4 +141,18 @@ func getStatusKey(base, key string) (string, error) {
 		return "", fmt.Errorf("status %d: %s", resp.StatusCode, b)
 	}
 	return string(b), err
+}
+
+// grepLines returns the lines of s that contain any of words.
+func grepLines(s string, words ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, w := range words {
+			if strings.Contains(l, w) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }

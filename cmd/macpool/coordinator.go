@@ -18,9 +18,11 @@ import (
 
 	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/admin"
+	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
 	"github.com/macpool/macpool/dashboard"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/metrics"
 )
 
@@ -346,6 +348,19 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// requestKind is the metrics' kind label of an API path.
+func requestKind(path string) string {
+	switch path {
+	case "/v1/chat/completions":
+		return job.KindChat
+	case "/v1/completions":
+		return job.KindCompletion
+	case "/v1/embeddings":
+		return job.KindEmbedding
+	}
+	return "other"
+}
+
 // apiConfig is the HTTP server's configuration: api.DefaultConfig's
 // timeouts, the flags' stream write timeout, and a short shutdown so that
 // Ctrl-C does not wait half a minute for streams.
@@ -371,6 +386,7 @@ func newHTTPServer(acfg api.Config, c *coordinator.Coordinator, reg *metrics.Reg
 		return nil, err
 	}
 	reg, svc := observeCoordinator(c, reg)
+	acfg.OnRejected = func(path string, e *openai.Error) { reg.ObserveRejected(requestKind(path), e) }
 	acfg.Handlers = map[string]http.Handler{metrics.Path: reg.Handler()}
 	for _, p := range d.Patterns() { // the dashboard at / and /dashboard
 		acfg.Handlers[p] = d
