@@ -25,7 +25,6 @@ func (s *Server) embeddings(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	j := &job.Job{ID: reqID(c), Kind: job.KindEmbedding, Model: req.Model, APIKey: keyID(c), Embedding: req}
-	markSubmitted(c) // outcome.go
 	st, err := s.svc.Submit(ctx, j)
 	if err != nil {
 		writeError(c, asError(err))

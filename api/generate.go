@@ -29,7 +29,6 @@ type generation interface {
 // also when the client goes away (its context ends and Recv returns).
 func (s *Server) serve(c *gin.Context, job *job.Job, stream, includeUsage bool, g generation) {
 	ctx := c.Request.Context()
-	markSubmitted(c) // outcome.go: counted by the Service's instrumentation
 	st, err := s.svc.Submit(ctx, job)
 	if err != nil {
 		writeError(c, asError(err))

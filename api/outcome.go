@@ -1,9 +1,12 @@
 package api
 
 import (
+	"context"
+
 	"github.com/gin-gonic/gin"
 
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // A request's outcome is not always its HTTP status: a stream answered 200
@@ -15,9 +18,8 @@ import (
 
 // gin context keys.
 const (
-	ctxKeyOutcome   = "macpool.outcome"   // int: the outcome status, if not the HTTP status
-	ctxKeySubmitted = "macpool.submitted" // bool: the request reached Service.Submit
-	ctxKeyError     = "macpool.error"     // *openai.Error: the error written
+	ctxKeyOutcome = "macpool.outcome" // int: the outcome status, if not the HTTP status
+	ctxKeyError   = "macpool.error"   // *openai.Error: the error written
 )
 
 // statusClientGone is the outcome of a request whose client went away.
@@ -25,7 +27,28 @@ const statusClientGone = 499
 
 func setOutcome(c *gin.Context, status int) { c.Set(ctxKeyOutcome, status) }
 
-func markSubmitted(c *gin.Context) { c.Set(ctxKeySubmitted, true) }
+// submittedKey is the request context key of the flag that Submit was
+// called (trackSubmit); every handler's Submit goes through it, whatever
+// its surface (OpenAI, Messages, Responses).
+type submittedKey struct{}
+
+// trackSubmit gives the request a flag that submitTracker sets.
+func trackSubmit(c *gin.Context) *bool {
+	flag := new(bool)
+	c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), submittedKey{}, flag))
+	return flag
+}
+
+// submitTracker is the Service with Submit marking its request as having
+// reached it (the Service's instrumentation counts those).
+type submitTracker struct{ Service }
+
+func (t submitTracker) Submit(ctx context.Context, j *job.Job) (job.Stream, error) {
+	if flag, ok := ctx.Value(submittedKey{}).(*bool); ok {
+		*flag = true
+	}
+	return t.Service.Submit(ctx, j)
+}
 
 // outcome is the request's status as the metrics see it.
 func outcome(c *gin.Context) int {
@@ -37,8 +60,8 @@ func outcome(c *gin.Context) int {
 
 // reportRejected tells Config.OnRejected of a request refused before it
 // reached the Service.
-func (s *Server) reportRejected(c *gin.Context, status int) {
-	if s.cfg.OnRejected == nil || status < 400 || c.GetBool(ctxKeySubmitted) {
+func (s *Server) reportRejected(c *gin.Context, status int, submitted bool) {
+	if s.cfg.OnRejected == nil || status < 400 || submitted {
 		return
 	}
 	e, _ := c.Get(ctxKeyError)

@@ -48,6 +48,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.POST("/embeddings", s.embeddings)
 	v1.GET("/models", s.models)
 	v1.GET("/models/*model", s.model)
+	s.agentRoutes(v1) // Anthropic Messages and OpenAI Responses (agents.go)
 
 	s.adminRoutes(e)   // admin.go: Config.Admin (keys, drain, registry, status)
 	s.mountHandlers(e) // mount.go: Config.Handlers (/metrics, the dashboard)
@@ -64,6 +65,7 @@ func (s *Server) base(c *gin.Context) {
 	id := s.newID()
 	c.Header(HeaderRequestID, id)
 	c.Set(HeaderRequestID, id)
+	submitted := trackSubmit(c) // outcome.go
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("panic serving request", "request_id", id, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -73,7 +75,7 @@ func (s *Server) base(c *gin.Context) {
 			c.Abort()
 		}
 		status := outcome(c) // outcome.go: as /metrics counts it
-		s.reportRejected(c, status)
+		s.reportRejected(c, status, *submitted)
 		level := slog.LevelInfo
 		if status >= 500 {
 			level = slog.LevelWarn
@@ -104,15 +106,19 @@ func newRequestID() string {
 	return string(b[:])
 }
 
-// auth checks "Authorization: Bearer KEY" when a KeyChecker is configured.
-// A request without a key is checked as key "": the checker decides whether
-// anonymous callers are allowed (the coordinator allows them while no keys
-// exist).
+// auth checks "Authorization: Bearer KEY" (or Anthropic's "x-api-key: KEY")
+// when a KeyChecker is configured. A request without a key is checked as
+// key "": the checker decides whether anonymous callers are allowed (the
+// coordinator allows them while no keys exist).
 func (s *Server) auth(c *gin.Context) {
 	if s.cfg.Auth == nil {
 		return
 	}
 	key := bearerToken(c)
+	if key == "" {
+		key = strings.TrimSpace(c.GetHeader("X-Api-Key"))
+	}
+	writeError := protocolErrorWriter(c)
 	id, err := s.cfg.Auth.Check(c.Request.Context(), key)
 	if err != nil {
 		var oe *openai.Error

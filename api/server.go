@@ -53,7 +53,9 @@ func New(cfg Config, svc Service, logger *slog.Logger) (*Server, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{cfg: cfg, svc: svc, log: logger.With("component", "api"), now: time.Now, newID: newRequestID}
+	// submitTracker (outcome.go): requests refused before Submit are
+	// reported to Config.OnRejected.
+	s := &Server{cfg: cfg, svc: submitTracker{svc}, log: logger.With("component", "api"), now: time.Now, newID: newRequestID}
 	s.engine = s.routes()
 	return s, nil
 }

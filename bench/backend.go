@@ -109,3 +109,20 @@ func benchStep(ctx context.Context, m *engine.Model, c *engine.Cache, tok int) (
 	}
 	return engine.Argmax(out[0]), nil
 }
+
+// printPredicted prints, on metal-emulated, the decode speed predicted for
+// Apple GPUs (metal.TraceDecode: one traced decode step after ctxLen
+// tokens, scaled to fullLayers; metal.DefaultPredictModel states the
+// model). Other backends print nothing.
+func printPredicted(ctx context.Context, w io.Writer, m *engine.Model, be engine.Backend, ctxLen, fullLayers int) error {
+	mb, ok := be.(*metal.Backend)
+	if !ok || be.Name() != "metal-emulated" {
+		return nil
+	}
+	step, err := metal.TraceDecode(ctx, m, mb, max(ctxLen, 1), fullLayers)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(w, step.Table(metal.DefaultPredictModel()))
+	return nil
+}

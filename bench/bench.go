@@ -151,6 +151,7 @@ func Run(ctx context.Context, bc Config, stdout, stderr io.Writer) error {
 	// bytes of every tensor the architecture binds.
 	var src engine.Source
 	res := benchResult{Threads: cfg.Threads, Impl: kernels.Impl(), PromptTokens: bc.PromptTokens, GenTokens: bc.GenTokens}
+	fullLayers := 0 // the synthetic shape's depth
 	if bc.Synthetic != "" {
 		q, err := synth.ParseQuant(bc.Quant)
 		if err != nil {
@@ -160,6 +161,7 @@ func Run(ctx context.Context, bc Config, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("%w: --synthetic: %v", ErrConfig, err)
 		}
+		fullLayers = c.NumHiddenLayers // before --layers cuts it
 		sm, err := synth.New(c, q, bc.Seed, bc.Layers)
 		if err != nil {
 			return err
@@ -265,6 +267,13 @@ func Run(ctx context.Context, bc Config, stdout, stderr io.Writer) error {
 	res.BytesPerToken = rec.bytesPerToken(c, ctxLen)
 	res.BandwidthGBs = res.BytesPerToken * res.DecodeTokS / 1e9
 	res.benchBackend = backendFigures(be, res.BandwidthGBs)
+	predictTo := stdout
+	if bc.JSON {
+		predictTo = stderr
+	}
+	if err := printPredicted(ctx, predictTo, m, be, bc.PromptTokens, max(fullLayers, c.NumHiddenLayers)); err != nil {
+		return err
+	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		res.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
 	}

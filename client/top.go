@@ -18,7 +18,6 @@ import (
 
 	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/cluster"
-	"github.com/macpool/macpool/coordinator"
 	"github.com/macpool/macpool/metrics"
 )
 
@@ -221,10 +220,10 @@ func RenderTop(w io.Writer, prev, cur Sample) {
 	}
 	tw.Flush()
 
-	if _, ok := cur.Metrics[coordinator.RouteMetric]; ok {
+	if _, ok := cur.Metrics[metrics.PrefixRoutes]; ok {
 		n := func(outcome string) int {
 			sel := map[string]string{"outcome": outcome}
-			c, p := cur.Metrics.Sum(coordinator.RouteMetric, sel), prev.Metrics.Sum(coordinator.RouteMetric, sel)
+			c, p := cur.Metrics.Sum(metrics.PrefixRoutes, sel), prev.Metrics.Sum(metrics.PrefixRoutes, sel)
 			if c < p {
 				p = 0
 			}

@@ -139,7 +139,10 @@ func (c *Coordinator) propose(ctx context.Context, t cmdType, body any) error {
 					return nil
 				}
 				err = errors.New(string(resp.Data))
-				if string(resp.Data) != raft.ErrNotLeader.Error() {
+				// Retried like on the leader itself: the commands are
+				// idempotent (puts by key), so re-proposing one whose fate
+				// a lost leadership left open is safe.
+				if d := string(resp.Data); d != raft.ErrNotLeader.Error() && d != raft.ErrLeadershipLost.Error() {
 					return err
 				}
 			}

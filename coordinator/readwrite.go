@@ -58,9 +58,12 @@ func (c *Coordinator) awaitApplied(ctx context.Context, resp *nats.Msg) {
 		return
 	}
 	deadline := time.Now().Add(maxApplyWait)
-	for c.raft.AppliedIndex() < idx && c.raft.State() != raft.Shutdown {
+	// The FSM's own index: raft's AppliedIndex runs ahead of it. After a
+	// snapshot restore the FSM index lags until the next entry; the wait
+	// then ends at maxApplyWait at worst.
+	for c.fsm.applied.Load() < idx && c.raft.State() != raft.Shutdown {
 		if ctx.Err() != nil || time.Now().After(deadline) {
-			c.log.Debug("write applied on the leader, not yet here", "index", idx, "applied", c.raft.AppliedIndex())
+			c.log.Debug("write applied on the leader, not yet here", "index", idx, "applied", c.fsm.applied.Load())
 			return
 		}
 		time.Sleep(2 * time.Millisecond) // raft offers no apply notification for followers

@@ -50,6 +50,7 @@ type Event struct {
 	ToolCalls    []openai.ToolCallDelta
 	Logprobs     *openai.ChoiceLogprobs // for the tokens of this delta
 	FinishReason string                 // "stop" | "length" | "tool_calls" on the last event of a choice
+	StopSequence string                 // with FinishReason "stop": the stop string that ended the choice, if one did
 	Usage        *openai.Usage          // once, at the end
 	Err          *openai.Error          // terminal error event
 	// Embeddings (KindEmbedding) are finished vectors of some inputs, in any

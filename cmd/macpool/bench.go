@@ -15,7 +15,7 @@ func init() {
 	register("bench", "measure prefill and decode speed of a model (or a random model of a real shape)", runBench)
 }
 
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	c := bench.DefaultConfig()
 	fs := newFlagSet("bench", stderr)
 	fs.StringVar(&c.Model, "model", "", "model folder or .gguf file")
@@ -42,13 +42,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	c.Backend = *backend
+	defer func() { err = reportEmulatedHost(*backend, stderr, err) }()
 	if err := c.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if err := resolveModelFlag(ctx, &c.Model, stderr); err != nil { // hub: repo id → cache path
 		return err
 	}
-	err := bench.Run(ctx, c, stdout, stderr)
+	err = bench.Run(ctx, c, stdout, stderr)
 	if errors.Is(err, bench.ErrConfig) {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}

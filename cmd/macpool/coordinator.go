@@ -128,6 +128,7 @@ type coordinatorFlags struct {
 	apiKeys       keyFlags
 	openAPI       bool
 	requireKey    bool
+	modelAliases  aliasFlags     // alias.go
 	discovery     discoveryFlags // LAN advertising (observe.go)
 }
 
@@ -163,6 +164,7 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.apiKeys, "api-key", "store API key ID:SECRET in the cluster state (hashed; repeatable); once any key is stored, requests need one")
 	fs.BoolVar(&f.requireKey, "require-api-key", false, "need an API key while none is stored also on a loopback -http (behind a reverse proxy on this machine, say); the first start creates and prints an admin key")
 	fs.BoolVar(&f.openAPI, "open-api", false, "serve the API without keys while none is stored even when -http listens beyond loopback (anyone on the network can use it); default: keys required there, and the first start creates and prints an admin key")
+	fs.Var(&f.modelAliases, "model-alias", "serve model MODEL under the name NAME too, e.g. claude-sonnet-4-5=qwen3.6-35b-a3b for agents that send their vendor's model names (NAME=MODEL; repeatable)")
 }
 
 func (f *coordinatorFlags) config(logger *slog.Logger, httpAddr string) (coordinator.Config, error) {
@@ -371,6 +373,7 @@ func (f *coordinatorFlags) apiConfig(httpAddr string) api.Config {
 	acfg.StreamWriteTimeout = f.streamWrite
 	acfg.BodyReadTimeout = f.bodyRead
 	acfg.MaxBodyBytesInFlight = f.bodyInFlight
+	acfg.ModelAliases = f.modelAliases
 	return acfg
 }
 
@@ -379,8 +382,9 @@ func (f *coordinatorFlags) apiConfig(httpAddr string) api.Config {
 // and the dashboard, on one router with acfg's timeouts. reg is the
 // registry the coordinator was configured with (Config.Metrics).
 func newHTTPServer(acfg api.Config, c *coordinator.Coordinator, reg *metrics.Registry, logger *slog.Logger) (*api.Server, error) {
-	acfg.Auth = c  // anonymous while the cluster stores no API keys
-	acfg.Admin = c // keys, drain (macpool keys, drain), model registry (macpool models), status
+	acfg.Auth = c                      // anonymous while the cluster stores no API keys
+	acfg.Admin = c                     // keys, drain (macpool keys, drain), model registry (macpool models), status
+	acfg.Responses = c.ResponseStore() // Responses API state, cluster-wide
 	d, err := dashboard.New(dashboard.DefaultConfig())
 	if err != nil {
 		return nil, err

@@ -25,7 +25,7 @@ func init() {
 // stdout as text, or as space-separated ids on one line (--output ids).
 // Generation stops after --max-tokens or at an EOS id of the config,
 // generation_config or tokenizer.
-func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlagSet("run", stderr)
 	model := fs.String("model", "", "model folder (config.json, *.safetensors; tokenizer.json for text) or .gguf file")
 	prompt := fs.String("prompt", "", "prompt text (encoded with the model's tokenizer)")
@@ -39,6 +39,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	quantize := fs.String("quantize", "", "quantize float weight matrices at load: q8 or q4")
 	exact := fs.Bool("exact", false, "multiply quantized weights with float32 activations (slower, exact)")
 	backend := backendFlag(fs)
+	defer func() { err = reportEmulatedHost(*backend, stderr, err) }()
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

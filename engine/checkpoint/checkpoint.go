@@ -41,6 +41,7 @@ type Checkpoint struct {
 	cfg     *Config
 	tensors map[string]*tensor.Host
 	names   []string
+	stage   Stage // zero: the whole model (see Stage)
 
 	closer    io.Closer
 	closeOnce sync.Once
