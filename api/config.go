@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/macpool/macpool/api/openai"
 )
 
 // Config configures the HTTP server.
@@ -12,6 +14,19 @@ type Config struct {
 	Addr string
 	// MaxBodyBytes bounds a request body; larger ones get a 413.
 	MaxBodyBytes int64
+	// MaxBodyBytesInFlight bounds the request body bytes all requests of
+	// this server may hold while their bodies are being read (a body
+	// counts with its Content-Length, a chunked one as it arrives); a
+	// request past it gets 429 with Retry-After. Bodies up to
+	// SmallBodyBytes do not count, so clients that hold the budget with
+	// slow bodies cannot refuse ordinary requests. It must be at least
+	// MaxBodyBytes.
+	MaxBodyBytesInFlight int64
+	SmallBodyBytes       int64
+	// BodyReadTimeout bounds reading a request body; a client that has
+	// not sent all of it by then gets 408 and its connection is closed.
+	// 0: no bound.
+	BodyReadTimeout time.Duration
 	// ReadHeaderTimeout bounds reading the request headers. There is
 	// deliberately no ReadTimeout or WriteTimeout: net/http cancels a
 	// request's context when its connection's read deadline passes, which
@@ -30,6 +45,11 @@ type Config struct {
 	// cut off and its generation cancelled, so it cannot hold a worker
 	// slot or the coordinator's buffered events. 0 disables it.
 	StreamWriteTimeout time.Duration
+	// OnRejected, if set, is told of every request answered with an error
+	// before it reached the Service (bad JSON, a missing key, an unknown
+	// route, a body bound): the Service's instrumentation never sees
+	// those, so /metrics counts them through this (outcome.go).
+	OnRejected func(path string, e *openai.Error)
 	// Auth checks API keys; nil serves everyone anonymously.
 	Auth KeyChecker
 	// ModelAliases maps model names that clients send (an agent's vendor
@@ -55,13 +75,16 @@ type Config struct {
 // DefaultConfig is a server on :8080 without authentication.
 func DefaultConfig() Config {
 	return Config{
-		Addr:               ":8080",
-		MaxBodyBytes:       16 << 20,
-		ReadHeaderTimeout:  10 * time.Second,
-		IdleTimeout:        120 * time.Second,
-		ShutdownTimeout:    30 * time.Second,
-		ProbeTimeout:       2 * time.Second,
-		StreamWriteTimeout: 60 * time.Second,
+		Addr:                 ":8080",
+		MaxBodyBytes:         16 << 20,
+		MaxBodyBytesInFlight: 64 << 20,
+		SmallBodyBytes:       64 << 10,
+		BodyReadTimeout:      30 * time.Second,
+		ReadHeaderTimeout:    10 * time.Second,
+		IdleTimeout:          120 * time.Second,
+		ShutdownTimeout:      30 * time.Second,
+		ProbeTimeout:         2 * time.Second,
+		StreamWriteTimeout:   60 * time.Second,
 	}
 }
 
@@ -72,6 +95,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("api addr must not be empty")
 	case c.MaxBodyBytes < 1024:
 		return fmt.Errorf("api max body bytes %d must be at least 1024", c.MaxBodyBytes)
+	case c.MaxBodyBytesInFlight < c.MaxBodyBytes:
+		return fmt.Errorf("api max body bytes in flight %d must be at least max body bytes %d", c.MaxBodyBytesInFlight, c.MaxBodyBytes)
+	case c.SmallBodyBytes < 0:
+		return fmt.Errorf("api small body bytes %d must not be negative", c.SmallBodyBytes)
+	case c.BodyReadTimeout < 0:
+		return fmt.Errorf("api body read timeout %v must not be negative", c.BodyReadTimeout)
 	case c.ReadHeaderTimeout <= 0:
 		return fmt.Errorf("api read header timeout %v must be positive", c.ReadHeaderTimeout)
 	case c.IdleTimeout <= 0:

@@ -62,8 +62,10 @@ func collect(ctx context.Context, c *gin.Context, st job.Stream, add func(*job.E
 			return usage, worker, true
 		}
 		if err != nil {
-			if ctx.Err() == nil { // else the client is gone
+			if ctx.Err() == nil {
 				writeError(c, asError(err))
+			} else {
+				setOutcome(c, statusClientGone)
 			}
 			return nil, "", false
 		}
@@ -98,6 +100,8 @@ func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream
 	case err != nil:
 		if ctx.Err() == nil {
 			writeError(c, asError(err))
+		} else {
+			setOutcome(c, statusClientGone)
 		}
 		return
 	case ev.Err != nil:
@@ -126,6 +130,7 @@ func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream
 		}
 		if ev.Err != nil {
 			s.log.Warn("generation failed mid-stream", "request_id", reqID(c), "worker", worker, "error", ev.Err.Message)
+			setOutcome(c, ev.Err.HTTPStatus())
 			w.errorFrame(ev.Err)
 			w.flush()
 			return
@@ -134,12 +139,14 @@ func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream
 			usage = ev.Usage
 		}
 		if e := g.chunk(w, ev, worker); e != nil {
+			setOutcome(c, e.HTTPStatus())
 			w.errorFrame(e)
 			w.flush()
 			return
 		}
 		if w.flush() != nil {
-			return // client gone; ctx is cancelled too
+			setOutcome(c, statusClientGone) // ctx is cancelled too
+			return
 		}
 		ev, err = st.Recv(ctx)
 		if errors.Is(err, io.EOF) {
@@ -147,8 +154,10 @@ func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream
 		}
 		if err != nil {
 			if ctx.Err() != nil {
+				setOutcome(c, statusClientGone)
 				return
 			}
+			setOutcome(c, asError(err).HTTPStatus())
 			w.errorFrame(asError(err))
 			w.flush()
 			return

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -77,6 +76,7 @@ func (s *Server) base(c *gin.Context) {
 	id := s.newID()
 	c.Header(HeaderRequestID, id)
 	c.Set(HeaderRequestID, id)
+	submitted := trackSubmit(c) // outcome.go
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("panic serving request", "request_id", id, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -85,16 +85,22 @@ func (s *Server) base(c *gin.Context) {
 			}
 			c.Abort()
 		}
+		status := outcome(c) // outcome.go: as /metrics counts it
+		s.reportRejected(c, status, *submitted)
 		level := slog.LevelInfo
-		if c.Writer.Status() >= 500 {
+		if status >= 500 {
 			level = slog.LevelWarn
 		}
 		if s.log.Enabled(c.Request.Context(), level) {
-			s.log.Log(c.Request.Context(), level, "request",
+			var httpStatus []any
+			if status != c.Writer.Status() {
+				httpStatus = []any{"http_status", c.Writer.Status()}
+			}
+			s.log.Log(c.Request.Context(), level, "request", append([]any{
 				"request_id", id, "method", c.Request.Method, "path", c.Request.URL.Path,
-				"status", c.Writer.Status(), "duration", time.Since(start),
+				"status", status}, append(httpStatus, "duration", time.Since(start),
 				"worker", c.Writer.Header().Get(HeaderWorker), "key_id", c.GetString(ctxKeyID),
-				"client_request_id", c.GetHeader(HeaderRequestID))
+				"client_request_id", c.GetHeader(HeaderRequestID))...)...)
 		}
 	}()
 	c.Next()
@@ -192,38 +198,6 @@ func fillModels(list []openai.Model) []openai.Model {
 	return out
 }
 
-// readBody reads the request body within Config.MaxBodyBytes.
-func (s *Server) readBody(c *gin.Context) ([]byte, *openai.Error) {
-	limit := s.cfg.MaxBodyBytes
-	tooLarge := func() *openai.Error {
-		return &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: openai.TypeInvalidRequest, Code: "request_too_large",
-			Message: fmt.Sprintf("request body is larger than the limit of %d bytes", limit)}
-	}
-	if c.Request.ContentLength > limit {
-		return nil, tooLarge()
-	}
-	var body []byte
-	var err error
-	if n := c.Request.ContentLength; n > 0 {
-		body = make([]byte, n)
-		_, err = io.ReadFull(c.Request.Body, body)
-		if err == nil {
-			// Content-Length is honoured by net/http; nothing can follow.
-			return body, nil
-		}
-	} else {
-		body, err = io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
-	}
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, tooLarge()
-		}
-		return nil, openai.InvalidRequest("", "could not read request body: %v", err)
-	}
-	return body, nil
-}
-
 // keyID is the caller's key id set by auth.
 func keyID(c *gin.Context) string { return c.GetString(ctxKeyID) }
 
@@ -250,6 +224,7 @@ func writeError(c *gin.Context, e *openai.Error) {
 		c.Header("Retry-After", strconv.FormatInt(secs, 10))
 	}
 	c.Abort()
+	c.Set(ctxKeyError, e) // outcome.go
 	writeJSON(c, e.HTTPStatus(), openai.ErrorResponse{Error: e})
 }
 

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -31,6 +32,9 @@ type Server struct {
 	engine *gin.Engine
 	now    func() time.Time // clock for "created"; tests pin it
 	newID  func() string    // request ids; tests pin it
+	// bodyBytes is the request body bytes held by requests reading their
+	// bodies now (body.go; Config.MaxBodyBytesInFlight).
+	bodyBytes atomic.Int64
 
 	mu     sync.Mutex
 	srv    *http.Server
@@ -49,7 +53,9 @@ func New(cfg Config, svc Service, logger *slog.Logger) (*Server, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &Server{cfg: cfg, svc: svc, log: logger.With("component", "api"), now: time.Now, newID: newRequestID}
+	// submitTracker (outcome.go): requests refused before Submit are
+	// reported to Config.OnRejected.
+	s := &Server{cfg: cfg, svc: submitTracker{svc}, log: logger.With("component", "api"), now: time.Now, newID: newRequestID}
 	s.engine = s.routes()
 	return s, nil
 }

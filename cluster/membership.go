@@ -8,6 +8,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -33,6 +34,22 @@ type Config struct {
 	SuspicionMult  int
 	// LeaveTimeout bounds the graceful leave broadcast in Close.
 	LeaveTimeout time.Duration
+	// DeadGossipTime is how long memberlist still gossips to a failed node
+	// (so a node back within it is found again without a rejoin; 0: its
+	// default, 30 s).
+	DeadGossipTime time.Duration
+	// PeersFile, if set, is where the gossip addresses of the peers seen
+	// are remembered (JSON, 0600), so that a node restarted without Join
+	// (or with stale Join addresses) finds its cluster again. Empty: the
+	// peers are remembered in memory only (peers.go).
+	PeersFile string
+	// RejoinMin and RejoinMax bound the backoff between attempts to dial
+	// remembered peers and Join addresses that are not alive (0: 1 s and
+	// 15 s).
+	RejoinMin, RejoinMax time.Duration
+	// Discover, if set, finds gossip addresses by other means (mDNS); it
+	// is asked when no other member is alive.
+	Discover func(ctx context.Context) ([]string, error)
 	// Secret, if set, encrypts and authenticates all gossip with its
 	// derived keyring key (AES-256-GCM); nodes without it (or with another
 	// secret) can neither join nor read the gossip. Nil: plaintext gossip.
@@ -49,6 +66,8 @@ func DefaultConfig() Config {
 		GossipInterval: 200 * time.Millisecond,
 		SuspicionMult:  3,
 		LeaveTimeout:   2 * time.Second,
+		RejoinMin:      time.Second,
+		RejoinMax:      15 * time.Second,
 	}
 }
 
@@ -62,6 +81,9 @@ func FastConfig() Config {
 	c.GossipInterval = 20 * time.Millisecond
 	c.SuspicionMult = 2
 	c.LeaveTimeout = time.Second
+	c.DeadGossipTime = 2 * time.Second
+	c.RejoinMin = 100 * time.Millisecond
+	c.RejoinMax = time.Second
 	return c
 }
 
@@ -78,6 +100,9 @@ func (c Config) Validate() error {
 	}
 	if c.GossipInterval <= 0 {
 		return fmt.Errorf("membership: gossip interval %v must be positive", c.GossipInterval)
+	}
+	if c.RejoinMin < 0 || (c.RejoinMax != 0 && c.RejoinMax < c.RejoinMin) {
+		return fmt.Errorf("membership: rejoin max %v must be at least rejoin min %v (>= 0)", c.RejoinMax, c.RejoinMin)
 	}
 	if c.SuspicionMult < 1 {
 		return fmt.Errorf("membership: suspicion multiplier %d must be at least 1", c.SuspicionMult)
@@ -107,13 +132,23 @@ type Membership struct {
 	members map[string]Member
 	left    map[string]bool // nodes whose last departure was a graceful leave
 	subs    map[chan struct{}]struct{}
+	// peers.go: remembered peers, and the rejoin loop's wake-ups
+	known        map[string]knownPeer
+	dirty        bool
+	resetBackoff bool
+	wake         chan struct{}
+	stopLoop     context.CancelFunc
+	wg           sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// New binds the gossip port and joins cfg.Join (if any). memberlist's own
-// goroutines run until Close.
+// New binds the gossip port and joins cfg.Join and the peers remembered in
+// cfg.PeersFile. It fails if none of them answers only when there are no
+// remembered peers (a wrong -join address is an error at once); otherwise
+// the rejoin loop keeps trying. memberlist's goroutines and the rejoin loop
+// run until Close.
 func New(cfg Config) (*Membership, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -122,14 +157,27 @@ func New(cfg Config) (*Membership, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if cfg.RejoinMin == 0 {
+		cfg.RejoinMin = time.Second
+	}
+	if cfg.RejoinMax == 0 {
+		cfg.RejoinMax = max(15*time.Second, cfg.RejoinMin)
+	}
 	m := &Membership{
 		cfg:     cfg,
 		log:     logger.With("component", "membership"),
 		members: map[string]Member{},
 		left:    map[string]bool{},
 		subs:    map[chan struct{}]struct{}{},
+		wake:    make(chan struct{}, 1),
 	}
 	m.meta, _ = cfg.Meta.Encode()
+	known, err := loadPeers(cfg.PeersFile)
+	if err != nil {
+		return nil, err
+	}
+	m.known = known
+	delete(m.known, cfg.Name)
 
 	host, portStr, _ := net.SplitHostPort(cfg.BindAddr)
 	port, err := strconv.Atoi(portStr)
@@ -140,7 +188,11 @@ func New(cfg Config) (*Membership, error) {
 	mc.Name = cfg.Name
 	mc.BindAddr = host
 	mc.BindPort = port
-	mc.AdvertisePort = 0
+	// memberlist replaces the advertised port with the bound one only when
+	// it picks the port itself (BindPort 0); a fixed port must be given as
+	// the advertised one too, or the node gossips port 0 and peers probe,
+	// suspect and drop it.
+	mc.AdvertisePort = port
 	if host == "0.0.0.0" || host == "" || host == "::" {
 		mc.AdvertiseAddr = ""
 	} else {
@@ -155,6 +207,9 @@ func New(cfg Config) (*Membership, error) {
 	// as a conflict until the entry is reaped (GossipToTheDeadTime, 30 s).
 	mc.DeadNodeReclaimTime = time.Nanosecond
 	mc.PushPullInterval = 10 * cfg.ProbeInterval
+	if cfg.DeadGossipTime > 0 {
+		mc.GossipToTheDeadTime = cfg.DeadGossipTime
+	}
 	mc.TCPTimeout = 2 * time.Second
 	if cfg.Secret != nil {
 		kr, err := memberlist.NewKeyring(nil, cfg.Secret.GossipKey())
@@ -175,13 +230,26 @@ func New(cfg Config) (*Membership, error) {
 	m.ml = ml
 	ln := ml.LocalNode()
 	m.addr = net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
-	if len(cfg.Join) > 0 {
-		if _, err := ml.Join(cfg.Join); err != nil {
-			ml.Shutdown()
-			return nil, fmt.Errorf("membership: join %v: %w", cfg.Join, err)
+	join := append([]string(nil), cfg.Join...)
+	for _, p := range m.known {
+		if p.Addr != m.addr && !slices.Contains(join, p.Addr) {
+			join = append(join, p.Addr)
 		}
 	}
-	m.log.Info("gossip started", "addr", m.addr, "join", cfg.Join, "encrypted", cfg.Secret != nil)
+	if len(join) > 0 {
+		if _, err := ml.Join(join); err != nil {
+			if len(m.known) == 0 {
+				ml.Shutdown()
+				return nil, fmt.Errorf("membership: join %v: %w", cfg.Join, err)
+			}
+			m.log.Warn("no remembered peer answers yet; retrying in the background", "tried", join, "err", err)
+		}
+	}
+	lctx, stop := context.WithCancel(context.Background())
+	m.stopLoop = stop
+	m.wg.Add(1)
+	go m.rejoinLoop(lctx)
+	m.log.Info("gossip started", "addr", m.addr, "join", cfg.Join, "remembered", len(m.known), "encrypted", cfg.Secret != nil)
 	return m, nil
 }
 
@@ -270,6 +338,8 @@ func (m *Membership) Close() error {
 				m.ml.UpdateNode(min(m.cfg.LeaveTimeout, 500*time.Millisecond))
 			}
 		}
+		m.stopLoop()
+		m.wg.Wait()
 		if err := m.ml.Leave(m.cfg.LeaveTimeout); err != nil {
 			m.log.Debug("leave", "err", err)
 		}
@@ -280,7 +350,11 @@ func (m *Membership) Close() error {
 
 // Kill stops gossip without a leave message, as a crash would (tests).
 func (m *Membership) Kill() {
-	m.closeOnce.Do(func() { m.closeErr = m.ml.Shutdown() })
+	m.closeOnce.Do(func() {
+		m.stopLoop()
+		m.wg.Wait()
+		m.closeErr = m.ml.Shutdown()
+	})
 }
 
 func (m *Membership) notify() {
@@ -301,6 +375,11 @@ func (m *Membership) set(n *memberlist.Node) {
 	m.mu.Lock()
 	m.members[n.Name] = Member{Name: n.Name, Addr: n.Address(), Meta: meta}
 	delete(m.left, n.Name)
+	if meta.Leaving {
+		m.forget(n.Name)
+	} else {
+		m.remember(n.Name, n.Address())
+	}
 	m.notify()
 	m.mu.Unlock()
 }
@@ -320,6 +399,9 @@ func (m *Membership) NotifyLeave(n *memberlist.Node) {
 	m.mu.Lock()
 	if last, ok := m.members[n.Name]; ok && last.Meta.Leaving {
 		m.left[n.Name] = true
+		m.forget(n.Name)
+	} else if n.Name != m.cfg.Name {
+		m.lost()
 	}
 	delete(m.members, n.Name)
 	m.notify()

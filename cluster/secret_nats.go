@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -11,6 +12,10 @@ import (
 // derived user and password, and coordinators advertise their client URLs
 // with the tls:// scheme. An external NATS (coordinator --nats URLs) is not
 // ours: its URLs keep their scheme and nodes connect to it as configured.
+
+// ReconnectJitter is the random delay nodes add to a NATS reconnect, TLS or
+// not (nats.go's defaults: 100 ms, and 1 s with TLS).
+const ReconnectJitter = 50 * time.Millisecond
 
 // SecureNATSURL turns a nats:// URL of an embedded server of a cluster
 // with a secret into the tls:// URL that coordinators advertise.

@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -84,6 +85,11 @@ type Config struct {
 	// AdminToken, if set, is a bearer credential for the admin endpoints
 	// (keys, drain; keys.go) besides API keys stored with admin rights.
 	AdminToken string
+	// RequireKeys closes the API and the admin endpoints while no API key
+	// is stored (instead of serving everyone): set when the HTTP API
+	// listens beyond loopback, where anyone on the network could use it
+	// (keys.go; cmd/macpool creates and prints the first admin key).
+	RequireKeys bool
 	// StallTimeout moves a running job to another worker (or fails it)
 	// when its worker, still alive, sent no frame for this long; 0: never.
 	// It must exceed the longest prefill (no frames are sent meanwhile).
@@ -94,6 +100,11 @@ type Config struct {
 	HTTPAddr string
 	// Placement is the memory model for placing managed models (models.go).
 	Placement PlacementConfig
+	// PlacementGrace is how long after this coordinator became the Raft
+	// leader it withdraws no worker from a model's placement: right after
+	// a restart or an election its gossip view may not show all workers
+	// yet, and withdrawing would make them unload what they serve.
+	PlacementGrace time.Duration
 	// NoPrefixRouting turns off offering jobs to the worker that holds
 	// their longest prefix (routing.go); every job goes to the queue.
 	NoPrefixRouting bool
@@ -121,6 +132,7 @@ func DefaultConfig() Config {
 		StallTimeout:           2 * time.Minute,
 		RetryAfter:             time.Second,
 		Placement:              DefaultPlacementConfig(),
+		PlacementGrace:         30 * time.Second,
 	}
 }
 
@@ -129,6 +141,7 @@ func (c *Config) FastRaft() {
 	c.RaftHeartbeatTimeout = 150 * time.Millisecond
 	c.RaftElectionTimeout = 150 * time.Millisecond
 	c.RaftLeaderLeaseTimeout = 100 * time.Millisecond
+	c.PlacementGrace = 3 * time.Second
 }
 
 // Validate checks the configuration.
@@ -152,6 +165,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("coordinator: per-key queue limit %d must be in [1, queue limit %d]", c.KeyQueueLimit, c.QueueLimit)
 	case c.KeyMaxStreams < 0:
 		return fmt.Errorf("coordinator: per-key max streams %d must not be negative", c.KeyMaxStreams)
+	case c.PlacementGrace < 0:
+		return fmt.Errorf("coordinator: placement grace %v must not be negative", c.PlacementGrace)
 	case c.StallTimeout < 0:
 		return fmt.Errorf("coordinator: stall timeout %v must not be negative", c.StallTimeout)
 	case c.RetryAfter <= 0:
@@ -202,6 +217,14 @@ type Coordinator struct {
 	models     modelState // model install progress, placement tombstones (models.go)
 	routes     router     // workers' prefix summaries (routing.go)
 	keyUse     keyUse     // last use of API keys (keys.go)
+	// leadSince is when this node last became the Raft leader (unix ns;
+	// restart.go: placement grace).
+	leadSince atomic.Int64
+	// startIndex is the last Raft log index found at start; current
+	// latches once the FSM has applied it and the leader's commit index
+	// (restart.go).
+	startIndex uint64
+	current    atomic.Bool
 
 	loops sync.WaitGroup
 	// requeues are failover publishes in flight (service.go); closing
@@ -251,6 +274,11 @@ func New(cfg Config) (_ *Coordinator, err error) {
 	gc.Meta = c.meta
 	gc.Secret = cfg.Secret
 	gc.Logger = logger
+	if gc.PeersFile == "" {
+		// Remembered across restarts: a coordinator restarted with its
+		// original flags (no -join) finds the workers again.
+		gc.PeersFile = filepath.Join(cfg.DataDir, "gossip-peers.json")
+	}
 	if c.ml, err = cluster.New(gc); err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
@@ -260,6 +288,7 @@ func New(cfg Config) (_ *Coordinator, err error) {
 	if err = c.startRaft(); err != nil {
 		return nil, err
 	}
+	c.startIndex = c.raft.LastIndex() // restart.go: state current once applied
 	if c.replySub, err = c.nc.Subscribe(cluster.ReplyFilter(cfg.Name), c.onFrame); err != nil {
 		return nil, fmt.Errorf("coordinator: subscribe replies: %w", err)
 	}
@@ -363,7 +392,7 @@ func (c *Coordinator) startServer(routes []*neturl.URL) (string, error) {
 		// so the queue must take messages beyond NATS's 1 MiB default.
 		MaxPayload: MaxJobBytes,
 		NoSigs:     true,
-		NoLog:              os.Getenv("MACPOOL_NATS_LOG") == "",
+		NoLog:      os.Getenv("MACPOOL_NATS_LOG") == "",
 	}
 	if c.cfg.NATSCluster != "" {
 		chost, cport, err := splitPort(c.cfg.NATSCluster)

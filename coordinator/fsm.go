@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -94,6 +95,10 @@ func encodeCmd(t cmdType, body any) ([]byte, error) {
 type fsm struct {
 	mu    sync.RWMutex
 	state State
+	// applied is the index of the last log Apply has seen: raft's own
+	// AppliedIndex runs ahead of the FSM (it is set when a batch is handed
+	// to the FSM goroutine), too early for read-your-writes (readwrite.go).
+	applied atomic.Uint64
 }
 
 func newFSM() *fsm { return &fsm{state: newState()} }
@@ -106,6 +111,7 @@ func (f *fsm) snapshot() State {
 
 // Apply implements raft.FSM. It returns nil or an error value.
 func (f *fsm) Apply(l *raft.Log) any {
+	defer f.applied.Store(l.Index)
 	if l.Type != raft.LogCommand {
 		return nil
 	}

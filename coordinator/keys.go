@@ -206,9 +206,13 @@ func (c *Coordinator) CheckAdmin(_ context.Context, token string) error {
 		return nil
 	}
 	h := HashKey(token)
+	current := c.stateCurrent() // restart.go
 	c.fsm.mu.RLock()
 	defer c.fsm.mu.RUnlock()
-	if len(c.fsm.state.APIKeys) == 0 && c.cfg.AdminToken == "" {
+	if len(c.fsm.state.APIKeys) == 0 && c.cfg.AdminToken == "" && !c.cfg.RequireKeys {
+		if !current {
+			return unavailable("cluster state is still loading; retry shortly")
+		}
 		return nil // an open cluster, like the API
 	}
 	k, ok := c.fsm.state.APIKeys[h]
@@ -228,7 +232,7 @@ func (c *Coordinator) CheckAdmin(_ context.Context, token string) error {
 func (c *Coordinator) AdminOpen() bool {
 	c.fsm.mu.RLock()
 	defer c.fsm.mu.RUnlock()
-	return len(c.fsm.state.APIKeys) == 0 && c.cfg.AdminToken == ""
+	return len(c.fsm.state.APIKeys) == 0 && c.cfg.AdminToken == "" && !c.cfg.RequireKeys
 }
 
 // HashKey is the stored form of an API key secret.
@@ -243,9 +247,16 @@ func HashKey(secret string) string {
 // clients apart.
 func (c *Coordinator) Check(ctx context.Context, key string) (string, error) {
 	h := HashKey(key)
+	current := c.stateCurrent() // restart.go: no keys loaded yet is not "no keys"
 	c.fsm.mu.RLock()
 	defer c.fsm.mu.RUnlock()
 	if len(c.fsm.state.APIKeys) == 0 {
+		if !current {
+			return "", unavailable("cluster state is still loading; retry shortly")
+		}
+		if c.cfg.RequireKeys {
+			return "", unauthorized("this coordinator's API listens beyond loopback and needs an API key: use the admin key it printed at its first start, or create one with macpool keys create")
+		}
 		if key == "" {
 			return "", nil
 		}

@@ -152,6 +152,8 @@ func (c *Coordinator) onAssignRequest(m *nats.Msg) {
 	var out cluster.Assignment
 	if err := json.Unmarshal(m.Data, &req); err != nil || req.Worker == "" {
 		out.Error = fmt.Sprintf("bad assignment request: %v", err)
+	} else if !c.stateCurrent() { // restart.go: an error keeps the worker's models
+		out.Error = "coordinator state still loading after a restart"
 	} else {
 		out = c.Assignment(req.Worker)
 	}
@@ -377,8 +379,14 @@ func (c *Coordinator) placeModels(members []cluster.Member, st State) {
 		pc = DefaultPlacementConfig()
 	}
 	placed := Place(pc, models, workers, st.Assign)
+	young := c.placementYoung() // restart.go
 	for name, ws := range placed {
-		if old, ok := st.Assign[name]; ok && slices.Equal(old, ws) {
+		old, ok := st.Assign[name]
+		if ok && slices.Equal(old, ws) {
+			continue
+		}
+		if young && withdraws(old, ws) {
+			c.log.Debug("not withdrawing placement yet: the cluster view is younger than the grace period", "model", name, "workers", old, "would_be", ws)
 			continue
 		}
 		c.log.Info("placing model", "model", name, "workers", ws, "size", st.Models[name].Size)

@@ -64,7 +64,7 @@ func (c *Coordinator) startRaft() error {
 			adv = &net.TCPAddr{IP: net.ParseIP(advertiseHost("", c.ml.Addr())), Port: port}
 		}
 	}
-	trans, err := c.newRaftTransport(addr, adv, logw) // raftauth.go: mutual TLS with a cluster secret
+	trans, err := c.raftTransport(addr, adv, logw) // restart.go: ephemeral port kept; raftauth.go: mutual TLS
 	if err != nil {
 		return fmt.Errorf("coordinator: raft transport %s: %w", addr, err)
 	}
@@ -135,10 +135,14 @@ func (c *Coordinator) propose(ctx context.Context, t cmdType, body any) error {
 			cancel()
 			if err == nil {
 				if len(resp.Data) == 0 {
+					c.awaitApplied(ctx, resp) // readwrite.go: read-your-writes
 					return nil
 				}
 				err = errors.New(string(resp.Data))
-				if string(resp.Data) != raft.ErrNotLeader.Error() {
+				// Retried like on the leader itself: the commands are
+				// idempotent (puts by key), so re-proposing one whose fate
+				// a lost leadership left open is safe.
+				if d := string(resp.Data); d != raft.ErrNotLeader.Error() && d != raft.ErrLeadershipLost.Error() {
 					return err
 				}
 			}
@@ -230,13 +234,9 @@ func (c *Coordinator) leaderLoop(ctx context.Context) {
 // lead serves forwarded writes and reconciles Raft membership, the model
 // registry and placement with gossip, until ctx ends.
 func (c *Coordinator) lead(ctx context.Context) {
-	sub, err := c.nc.Subscribe(cluster.SubjectRaftApply, func(m *nats.Msg) {
-		if err := c.applyLocal(m.Data); err != nil {
-			m.Respond([]byte(err.Error()))
-			return
-		}
-		m.Respond(nil)
-	})
+	c.leadSince.Store(time.Now().UnixNano()) // placement grace (restart.go)
+	// Forwarded writes, answered with their log index (readwrite.go).
+	sub, err := c.nc.Subscribe(cluster.SubjectRaftApply, c.answerApply)
 	if err != nil {
 		c.log.Error("subscribe raft apply", "err", err)
 	} else {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -655,6 +656,9 @@ func (c *Coordinator) failover(ctx context.Context, s *stream, w, reason string,
 	// Published off the caller's goroutine (it may wait for a stream leader).
 	go func() {
 		defer c.requeues.Done()
+		if c.offerFailover(ctx, s, msg, w, needOther) {
+			return
+		}
 		ack, err := c.publish(ctx, msg)
 		if err != nil {
 			s.fail(unavailable("%s; requeueing it failed: %v", reason, err))
@@ -667,6 +671,60 @@ func (c *Coordinator) failover(ctx context.Context, s *stream, w, reason string,
 		s.mu.Unlock()
 	}()
 }
+
+// offerFailover offers a failed-over job to a live worker over core NATS
+// (the offer of prefix routing) before it is queued: the worker it ran on
+// first, when it may be used (a gap in its frames: it is alive and holds
+// the prompt in its cache), then the others with the most free slots. A
+// requeue through JetStream waits for the stream's leader, and the failure
+// that lost the frames (a coordinator and its NATS server killed) often
+// took that leader with it: surviving streams stalled for seconds while
+// JetStream elected a new one. The workers of such a failure are
+// reconnecting to another NATS server meanwhile (their offers find no
+// responder), so the offers are repeated for up to failoverOfferFor. It
+// reports whether a worker took the job.
+func (c *Coordinator) offerFailover(ctx context.Context, s *stream, msg *nats.Msg, w string, needOther bool) bool {
+	deadline := time.Now().Add(failoverOfferFor)
+	for {
+		var cands []cluster.Member
+		for _, m := range c.workersFor(s.model) {
+			if m.Name != w || !needOther {
+				cands = append(cands, m)
+			}
+		}
+		slices.SortStableFunc(cands, func(a, b cluster.Member) int {
+			if (a.Name == w) != (b.Name == w) {
+				if a.Name == w {
+					return -1
+				}
+				return 1
+			}
+			return b.Meta.Free - a.Meta.Free
+		})
+		for i, m := range cands {
+			if i == maxOffers {
+				break
+			}
+			if c.offer(ctx, s, msg, m.Name) {
+				return true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(failoverOfferRetry):
+		}
+	}
+}
+
+// How long, and how often, a failed-over job is offered before it is queued.
+const (
+	failoverOfferFor   = 1500 * time.Millisecond
+	failoverOfferRetry = 50 * time.Millisecond
+)
 
 // fail ends the stream with an error event unless it already ended.
 func (s *stream) fail(e *openai.Error) {

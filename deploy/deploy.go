@@ -210,10 +210,20 @@ func RenderUnit(c Config) ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	argv := c.command()
+	args, env, secret := c.splitSecrets() // secrets.go: secrets go to EnvFile
+	argv := append([]string{c.Binary, c.Role}, args...)
+	refs := secretArgs(c.Args)
 	quoted := make([]string, len(argv))
 	for i, a := range argv {
-		quoted[i] = execQuote(a)
+		if i >= 2 && refs[i-2] {
+			quoted[i] = secretRef(a) // ${MACPOOL_SECRET_n}: expanded by systemd
+		} else {
+			quoted[i] = execQuote(a)
+		}
+	}
+	envFile := ""
+	if len(secret) > 0 {
+		envFile = c.EnvFile()
 	}
 	wantedBy := "default.target"
 	if c.System {
@@ -221,7 +231,7 @@ func RenderUnit(c Config) ([]byte, error) {
 	}
 	data := map[string]any{
 		"Role": c.Role, "ExecStart": strings.Join(quoted, " "), "WorkingDir": c.WorkingDir,
-		"User": c.User, "Env": c.sortedEnv(), "WantedBy": wantedBy, "System": c.System,
+		"User": c.User, "Env": env, "EnvFile": envFile, "WantedBy": wantedBy, "System": c.System,
 	}
 	var b bytes.Buffer
 	if err := tmpl.ExecuteTemplate(&b, "systemd.service.tmpl", data); err != nil {
@@ -243,6 +253,18 @@ func execQuote(s string) string {
 	s = strings.ReplaceAll(s, "%", "%%")
 	s = strings.ReplaceAll(s, "$", "$$")
 	return quoteIfNeeded(s)
+}
+
+// secretRef quotes an argument holding a ${MACPOOL_SECRET_n} reference:
+// the reference is kept for systemd to expand (unlike execQuote's $$), the
+// rest escaped as usual.
+func secretRef(s string) string {
+	i := strings.Index(s, "${MACPOOL_SECRET_")
+	if i < 0 {
+		return execQuote(s)
+	}
+	prefix := strings.ReplaceAll(strings.ReplaceAll(s[:i], "%", "%%"), "$", "$$")
+	return quoteIfNeeded(prefix + s[i:])
 }
 
 // envQuote quotes an Environment= assignment (specifiers expanded, $ literal).

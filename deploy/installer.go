@@ -97,6 +97,22 @@ func (i *Installer) Install(ctx context.Context) error {
 			return err
 		}
 	}
+	secrets, err := RenderEnvFile(i.cfg) // secrets.go: nil on macOS or without secrets
+	if err != nil {
+		return err
+	}
+	if secrets != nil {
+		if err := writeFile(i.cfg.EnvFile(), secrets, 0o600); err != nil {
+			if errors.Is(err, os.ErrPermission) && i.cfg.System {
+				return fmt.Errorf("%w (system units need root: run with sudo)", err)
+			}
+			return err
+		}
+	} else if f := i.cfg.EnvFile(); f != "" {
+		if err := removeIfExists(f); err != nil { // secrets of an earlier install
+			return err
+		}
+	}
 	if err := writeFile(i.cfg.Path(), data, i.fileMode()); err != nil {
 		if errors.Is(err, os.ErrPermission) && i.cfg.System {
 			return fmt.Errorf("%w (system units need root: run with sudo)", err)
@@ -164,6 +180,9 @@ func (i *Installer) Uninstall(ctx context.Context) error {
 	if err := removeIfExists(path); err != nil {
 		return err
 	}
+	if err := removeIfExists(i.cfg.EnvFile()); err != nil {
+		return err
+	}
 	_, err := i.systemctl(ctx, "daemon-reload")
 	return err
 }
@@ -215,15 +234,12 @@ func (i *Installer) systemctl(ctx context.Context, args ...string) ([]byte, erro
 	return i.run.Run(ctx, "systemctl", args...)
 }
 
-// fileMode keeps definitions that carry secrets readable by their owner only.
+// fileMode keeps definitions that carry secrets readable by their owner
+// only: a plist with secret arguments or environment (secrets.go). A
+// systemd unit carries none (they are in its EnvFile) and stays 0644.
 func (i *Installer) fileMode() os.FileMode {
-	for _, e := range i.cfg.Env {
-		n := strings.ToUpper(e.Name)
-		for _, s := range []string{"TOKEN", "KEY", "SECRET", "PASSWORD"} {
-			if strings.Contains(n, s) {
-				return 0o600
-			}
-		}
+	if i.cfg.OS == "darwin" && i.cfg.carriesSecrets() {
+		return 0o600
 	}
 	return 0o644
 }

@@ -76,7 +76,9 @@ func waitLeaving(t *testing.T, base, node string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		resp, err := http.Get(base + "/v1/admin/drain/" + node)
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/admin/drain/"+node, nil)
+		req.Header.Set("Authorization", "Bearer "+e2eSecret.AdminToken()) // the default secret's admin token
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			var st struct{ Leaving bool }
 			err = json.NewDecoder(resp.Body).Decode(&st)
@@ -238,11 +240,13 @@ func TestProcessesDrainCommand(t *testing.T) {
 // macpool keys create/list/revoke against a coordinator process.
 func TestProcessesKeysCLI(t *testing.T) {
 	dir := t.TempDir()
+	// An open cluster (-insecure: no secret, so no admin token): the first
+	// key must be created as an admin key without any credential.
 	coord := start(t, "coordinator", "coordinator", "--name", "coord-1", "--http", "127.0.0.1:0",
 		"--gossip", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "coord"),
-		"--fast-timeouts")
+		"--fast-timeouts", "--insecure")
 	start(t, "worker", "worker", "--name", "worker-a", "--join", coord.fields["gossip"],
-		"--gossip", "127.0.0.1:0", "--model", model, "--backend", "test", "--fast-timeouts")
+		"--gossip", "127.0.0.1:0", "--model", model, "--backend", "test", "--fast-timeouts", "--insecure")
 	base := "http://" + coord.fields["http"]
 	waitStatus(t, base, func(s string) bool { return strings.Count(s, `"ready":true`) == 1 })
 	addr := coord.fields["http"]

@@ -18,9 +18,15 @@ import (
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/macpool/macpool/cluster"
 )
 
 var binary string
+
+// e2eSecret is the cluster secret every process of these tests finds by
+// default (TestMain).
+var e2eSecret *cluster.Secret
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "macpool-e2e-")
@@ -42,6 +48,20 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	// Secure by default: every process finds this cluster secret in
+	// $MACPOOL_HOME (a coordinator would create it), unless a test runs
+	// one with -insecure or -secret-file none.
+	initCmd := exec.Command(binary, "init")
+	if out, err := initCmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: macpool init: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	if e2eSecret, err = cluster.LoadSecret(filepath.Join(dir, "home", "cluster.secret")); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -53,6 +73,7 @@ type proc struct {
 	fields map[string]string // from its "listening ..." line
 	done   chan struct{}
 	stderr func() string // what it logged so far
+	stdout func() string // what it printed so far
 }
 
 // start runs macpool with args, waits for its "listening role=ROLE" line and
@@ -79,10 +100,15 @@ func startEnv(t *testing.T, env []string, role string, args ...string) *proc {
 	}
 	p := &proc{cmd: cmd, done: make(chan struct{})}
 	p.stderr = func() string { mu.Lock(); defer mu.Unlock(); return stderr.String() }
+	var out strings.Builder
+	p.stdout = func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
 	lines := make(chan map[string]string, 4)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			mu.Lock()
+			out.WriteString(sc.Text() + "\n")
+			mu.Unlock()
 			if f, ok := parseListening(sc.Text()); ok {
 				lines <- f
 			}

@@ -24,11 +24,12 @@ import (
 type statusDoc struct {
 	Leader string `json:"leader"`
 	Nodes  []struct {
-		Name    string `json:"name"`
-		Role    string `json:"role"`
-		Raft    string `json:"raft"`
-		Ready   bool   `json:"ready"`
-		Running int    `json:"running"`
+		Name    string   `json:"name"`
+		Role    string   `json:"role"`
+		Raft    string   `json:"raft"`
+		Ready   bool     `json:"ready"`
+		Running int      `json:"running"`
+		Models  []string `json:"models"`
 	} `json:"nodes"`
 }
 
@@ -97,7 +98,12 @@ func TestProcessesLeaderKill(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // polling interval
 	}
 	victim := fmt.Sprintf("coord-%d", leader+1)
-	nc, err := nats.Connect(coords[(leader+1)%3].fields["nats"])
+	url := coords[(leader+1)%3].fields["nats"]
+	opts, err := cluster.NATSOptions(e2eSecret, "e2e", url) // none for an open cluster's nats:// URL
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -168,6 +168,17 @@ func asError(err error) *openai.Error {
 	return &openai.Error{Status: http.StatusInternalServerError, Type: openai.TypeServer, Message: err.Error()}
 }
 
+// ObserveRejected counts a request the HTTP layer refused before it reached
+// the service (bad JSON, no key, unknown route, a body bound), which
+// Instrument never sees: in the requests (model "unknown") and the errors.
+func (r *Registry) ObserveRejected(kind string, e *openai.Error) {
+	if r == nil {
+		return
+	}
+	r.ObserveRequest(UnknownModel, kind, e.HTTPStatus(), 0)
+	r.Error(errorKind(e))
+}
+
 // errorKind is a bounded label for an error: its code when the server set
 // one (model_not_found, invalid_api_key, ...), else its type.
 func errorKind(e *openai.Error) string {

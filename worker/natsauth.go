@@ -20,5 +20,11 @@ func (w *Worker) natsOptions(urls string) ([]nats.Option, error) {
 	if w.cfg.Secret != nil && opts == nil {
 		w.log.Warn("nats is not the cluster's own (no tls:// URLs): connecting without the cluster's TLS", "nats", urls)
 	}
-	return append([]nats.Option{nats.Name(w.cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(200 * time.Millisecond)}, opts...), nil
+	// nats.go adds up to 1 s of random delay to a TLS reconnect (100 ms
+	// in plaintext): after a coordinator and its NATS server die, frames
+	// and offers then wait that long for the survivors, which stalled
+	// streams of a secured cluster for seconds. cluster.ReconnectJitter
+	// keeps both short.
+	return append([]nats.Option{nats.Name(w.cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(200 * time.Millisecond),
+		nats.ReconnectJitter(cluster.ReconnectJitter, cluster.ReconnectJitter)}, opts...), nil
 }

@@ -523,7 +523,13 @@ func (w *Worker) runJob(ctx context.Context, nc *nats.Conn, msg jetstream.Msg) {
 				oe = openai.ServerError("generation failed on %s: %v", w.cfg.Name, err)
 			}
 		}
-		log.Warn("job failed", "err", err)
+		if oe.HTTPStatus() < 500 {
+			// The client's mistake (prompt too long, bad argument): the
+			// client gets the 4xx; this worker is fine.
+			log.Info("job refused", "status", oe.HTTPStatus(), "err", err)
+		} else {
+			log.Warn("job failed", "err", err)
+		}
 		send(cluster.FrameError, cluster.EncodeError(oe))
 	}
 }

@@ -21,9 +21,20 @@ type adminFlags struct {
 }
 
 func (f *adminFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.coordinator, "coordinator", "127.0.0.1:8080", "HTTP address (or URL) of any coordinator")
+	coordinatorFlag(fs, &f.coordinator)
 	fs.StringVar(&f.key, "admin-key", "", "admin API key (default $MACPOOL_ADMIN_KEY, else $MACPOOL_API_KEY, else the admin token of the cluster secret file); not needed while the cluster is open (no keys, no secret)")
 	fs.StringVar(&f.secretFile, "secret-file", "", `cluster secret whose admin token is sent when no admin key is given (default: $MACPOOL_SECRET_FILE, else the default file if it exists; "none": never)`)
+}
+
+// coordinatorFlag registers -coordinator, the one way every client command
+// (status, top, keys, models, drain) names a coordinator: host:port or a
+// URL, default $MACPOOL_COORDINATOR, else 127.0.0.1:8080.
+func coordinatorFlag(fs *flag.FlagSet, p *string) {
+	def := os.Getenv("MACPOOL_COORDINATOR")
+	if def == "" {
+		def = "127.0.0.1:8080"
+	}
+	fs.StringVar(p, "coordinator", def, "HTTP address (host:port or URL) of any coordinator (default $MACPOOL_COORDINATOR, else 127.0.0.1:8080)")
 }
 
 // credential is the bearer token of admin calls: -admin-key, the

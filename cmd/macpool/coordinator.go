@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -16,9 +18,11 @@ import (
 
 	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/admin"
+	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
 	"github.com/macpool/macpool/dashboard"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/metrics"
 )
 
@@ -31,26 +35,40 @@ func init() {
 
 // clusterFlags are the flags shared by coordinator, worker and up.
 type clusterFlags struct {
-	name     string
-	gossip   string
-	join     string
-	dataDir  string
-	logLevel string
-	fast     bool
+	name    string
+	gossip  string
+	join    string
+	dataDir string
+	// dataDirSet: -data-dir was given; a worker remembers its gossip
+	// peers there only then (its default data dir is the working folder)
+	dataDirSet bool
+	logLevel   string
+	fast       bool
 	// cluster secret (init.go): the -secret-file flag, and the secret
 	// once loaded by clusterSecret
 	secretFile   string
 	secret       *cluster.Secret
 	secretLoaded bool
+	// insecure: -insecure, run without a cluster secret (plaintext gossip,
+	// NATS, Raft); -secret-file none means the same (secure.go)
+	insecure bool
+	// discover finds the cluster's gossip addresses again by mDNS
+	// (observe.go); set for a worker that found its cluster that way
+	discover func(ctx context.Context) ([]string, error)
 }
 
 func (f *clusterFlags) register(fs *flag.FlagSet, gossipDefault string) {
 	fs.StringVar(&f.name, "name", "", "node name, unique in the cluster (default: host name)")
 	fs.StringVar(&f.gossip, "gossip", gossipDefault, "gossip listen address host:port (port 0: any)")
 	fs.StringVar(&f.join, "join", "", "gossip address(es) of any cluster member, comma separated")
-	fs.StringVar(&f.dataDir, "data-dir", "macpool-data", "state directory: Raft log and snapshots, embedded NATS JetStream store (models live in the Hugging Face cache)")
+	f.dataDir = "macpool-data"
+	fs.Func("data-dir", "state directory: Raft log and snapshots, embedded NATS JetStream store, the gossip peers seen (models live in the Hugging Face cache) (default \"macpool-data\")", func(v string) error {
+		f.dataDir, f.dataDirSet = v, true
+		return nil
+	})
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolVar(&f.fast, "fast-timeouts", false, "short gossip and Raft timeouts (tests on one machine)")
+	fs.BoolVar(&f.insecure, "insecure", false, "run without a cluster secret: gossip, NATS, Raft and the model store in plaintext, open to anyone on the network (default: a coordinator creates the secret, a worker needs it: -join TOKEN or the secret file)")
 	fs.StringVar(&f.secretFile, "secret-file", "", `cluster secret made by 'macpool init' (default: $MACPOOL_SECRET_FILE, else ~/.config/macpool/cluster.secret if it exists; "none": run open)`)
 }
 
@@ -105,7 +123,11 @@ type coordinatorFlags struct {
 	keyQueueLimit int
 	keyMaxStreams int
 	streamWrite   time.Duration
+	bodyRead      time.Duration
+	bodyInFlight  int64
 	apiKeys       keyFlags
+	openAPI       bool
+	requireKey    bool
 	modelAliases  aliasFlags     // alias.go
 	discovery     discoveryFlags // LAN advertising (observe.go)
 }
@@ -135,9 +157,13 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.queueLimit, "queue-limit", 256, "jobs queued per model before 429")
 	fs.IntVar(&f.keyQueueLimit, "key-queue-limit", 64, "jobs queued per model and API key before 429 (fairness)")
 	fs.IntVar(&f.keyMaxStreams, "key-max-streams", 0, "requests (queued or running) one API key may have open at once; more get 429 at once (0: no limit; anonymous callers are not limited)")
+	fs.DurationVar(&f.bodyRead, "body-read-timeout", api.DefaultConfig().BodyReadTimeout, "a client that has not sent its whole request body within this long gets 408 (0: never)")
+	fs.Int64Var(&f.bodyInFlight, "max-body-bytes-in-flight", api.DefaultConfig().MaxBodyBytesInFlight, "request body bytes all clients of this coordinator may have in flight; past it large requests get 429 (bodies up to 64 KiB are not counted)")
 	fs.DurationVar(&f.streamWrite, "stream-write-timeout", api.DefaultConfig().StreamWriteTimeout, "cut off a streaming client that has not read anything for this long, cancelling its generation (0: never)")
 	f.discovery.register(fs)
 	fs.Var(&f.apiKeys, "api-key", "store API key ID:SECRET in the cluster state (hashed; repeatable); once any key is stored, requests need one")
+	fs.BoolVar(&f.requireKey, "require-api-key", false, "need an API key while none is stored also on a loopback -http (behind a reverse proxy on this machine, say); the first start creates and prints an admin key")
+	fs.BoolVar(&f.openAPI, "open-api", false, "serve the API without keys while none is stored even when -http listens beyond loopback (anyone on the network can use it); default: keys required there, and the first start creates and prints an admin key")
 	fs.Var(&f.modelAliases, "model-alias", "serve model MODEL under the name NAME too, e.g. claude-sonnet-4-5=qwen3.6-35b-a3b for agents that send their vendor's model names (NAME=MODEL; repeatable)")
 }
 
@@ -168,9 +194,25 @@ func (f *coordinatorFlags) config(logger *slog.Logger, httpAddr string) (coordin
 	cfg.KeyMaxStreams = f.keyMaxStreams
 	cfg.HTTPAddr = httpAddr
 	cfg.Logger = logger
+	if exposed := cluster.ExposedAddrs(httpAddr); len(exposed) > 0 {
+		if f.openAPI {
+			logger.Warn("-open-api: the API listens beyond loopback and serves anyone who can reach it while no API key is stored", "http", httpAddr)
+		} else {
+			cfg.RequireKeys = true // firstAdminKey prints the key to use
+		}
+	}
+	cfg.RequireKeys = cfg.RequireKeys || f.requireKey
 	secret, err := f.clusterSecret(logger, f.gossip, f.natsListen, f.natsCluster, f.raft) // init.go
 	if err != nil {
 		return cfg, err
+	}
+	if secret == nil && !f.optedOut() {
+		if len(cfg.Gossip.Join) > 0 {
+			return cfg, errNoSecret // secure.go: joining a cluster takes its secret
+		}
+		if secret, err = f.createSecret(logger); err != nil { // secure.go: a new cluster gets one
+			return cfg, err
+		}
 	}
 	cfg.Secret = secret
 	if secret != nil && cfg.AdminToken == "" {
@@ -185,6 +227,9 @@ func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	var f coordinatorFlags
 	f.register(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := f.useJoinToken(); err != nil { // secure.go: -join TOKEN
 		return err
 	}
 	logger, err := f.logger(stderr)
@@ -243,10 +288,79 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 			return nil
 		})
 	}
+	if cfg.RequireKeys && len(f.apiKeys) == 0 {
+		g.Go(func() error { firstAdminKey(ctx, c, httpAddr, f.dataDir, stdout, logger); return nil })
+	}
 	g.Go(func() error { return srv.Serve(ctx, ln) })
 	fmt.Fprintf(stdout, "listening role=coordinator name=%s http=%s gossip=%s nats=%s raft=%s\n",
 		cfg.Name, httpAddr, c.GossipAddr(), c.NATSURL(), c.RaftAddr())
+	if cfg.Secret != nil {
+		printJoinToken(stdout, cfg.Secret, c.GossipAddr(), f.dataDir, logger) // secure.go
+	}
 	return c, ln, nil
+}
+
+// firstAdminKey creates and prints an admin key when the cluster stores
+// none and the API listens beyond loopback (where it then refuses callers
+// without a key): the operator's way in at the first start. It waits for
+// the cluster state, so a restarted or joining coordinator that finds keys
+// creates nothing. The key is printed only to a terminal: a service's
+// stdout goes to a log file others may read, so there it goes to
+// DATA-DIR/admin-key (0600) and only the path is printed.
+func firstAdminKey(ctx context.Context, c *coordinator.Coordinator, httpAddr, dataDir string, stdout io.Writer, logger *slog.Logger) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !c.StateLoaded() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	if len(c.Keys()) > 0 {
+		return
+	}
+	k, err := c.CreateAPIKey(ctx, admin.KeyRequest{ID: "admin", Name: "created at the first start", Admin: true})
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, coordinator.ErrKeyExists) {
+			logger.Warn("creating the first admin key", "err", err)
+		}
+		return
+	}
+	line := fmt.Sprintf("export OPENAI_API_KEY=%s\n", k.Secret)
+	if isTerminal(stdout) {
+		fmt.Fprintf(stdout, "api key required (the API on %s listens beyond loopback, or -require-api-key): created admin key %q (shown once, only its hash is stored):\n%s", httpAddr, k.ID, line)
+		return
+	}
+	path := filepath.Join(dataDir, "admin-key")
+	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
+		logger.Warn("writing the first admin key", "path", path, "err", err)
+		return
+	}
+	fmt.Fprintf(stdout, "api key required (the API on %s listens beyond loopback, or -require-api-key): created admin key %q, written to %s (mode 0600; only its hash is stored in the cluster)\n", httpAddr, k.ID, path)
+}
+
+// isTerminal reports whether w is a terminal (not a pipe or a log file).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// requestKind is the metrics' kind label of an API path.
+func requestKind(path string) string {
+	switch path {
+	case "/v1/chat/completions":
+		return job.KindChat
+	case "/v1/completions":
+		return job.KindCompletion
+	case "/v1/embeddings":
+		return job.KindEmbedding
+	}
+	return "other"
 }
 
 // apiConfig is the HTTP server's configuration: api.DefaultConfig's
@@ -257,6 +371,8 @@ func (f *coordinatorFlags) apiConfig(httpAddr string) api.Config {
 	acfg.Addr = httpAddr
 	acfg.ShutdownTimeout = 5 * time.Second
 	acfg.StreamWriteTimeout = f.streamWrite
+	acfg.BodyReadTimeout = f.bodyRead
+	acfg.MaxBodyBytesInFlight = f.bodyInFlight
 	acfg.ModelAliases = f.modelAliases
 	return acfg
 }
@@ -274,6 +390,7 @@ func newHTTPServer(acfg api.Config, c *coordinator.Coordinator, reg *metrics.Reg
 		return nil, err
 	}
 	reg, svc := observeCoordinator(c, reg)
+	acfg.OnRejected = func(path string, e *openai.Error) { reg.ObserveRejected(requestKind(path), e) }
 	acfg.Handlers = map[string]http.Handler{metrics.Path: reg.Handler()}
 	for _, p := range d.Patterns() { // the dashboard at / and /dashboard
 		acfg.Handlers[p] = d

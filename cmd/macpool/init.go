@@ -84,6 +84,12 @@ func (f *clusterFlags) clusterSecret(logger *slog.Logger, addrs ...string) (*clu
 	if f.secretLoaded {
 		return f.secret, nil
 	}
+	if f.insecure { // secure.go: -insecure is -secret-file none
+		if f.secretFile != "" && f.secretFile != "none" {
+			return nil, fmt.Errorf("%w: -insecure and -secret-file %s contradict each other", errUsage, f.secretFile)
+		}
+		f.secretFile = "none"
+	}
 	s, path, err := cluster.FindSecret(f.secretFile, os.Getenv)
 	if err != nil {
 		return nil, err

@@ -67,6 +67,17 @@ func (f *discoveryFlags) discoverJoin(ctx context.Context, cf *clusterFlags, log
 		return err
 	}
 	cf.join = strings.Join(addrs, ",")
+	// Found by mDNS, so found again by mDNS when no peer answers (all
+	// coordinators restarted on other addresses).
+	dcfg := f.config(logger)
+	cf.discover = func(ctx context.Context) ([]string, error) {
+		d, err := discovery.New(dcfg)
+		if err != nil {
+			return nil, err
+		}
+		defer d.Close()
+		return d.Discover(ctx)
+	}
 	return nil
 }
 

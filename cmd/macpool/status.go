@@ -18,7 +18,9 @@ func init() {
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", stderr)
-	addr := fs.String("http", "127.0.0.1:8080", "HTTP address of any coordinator")
+	addr := new(string)
+	coordinatorFlag(fs, addr)
+	fs.Func("http", "the same as -coordinator (older name)", func(v string) error { *addr = v; return nil })
 	asJSON := fs.Bool("json", false, "print the raw JSON")
 	key := fs.String("api-key", "", "API key, needed once the cluster stores keys (default $MACPOOL_API_KEY)")
 	if err := parseFlags(fs, args); err != nil {
@@ -43,7 +45,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("top", stderr)
-	addr := fs.String("coordinator", "http://127.0.0.1:8080", "HTTP address (URL or host:port) of any coordinator")
+	addr := new(string)
+	coordinatorFlag(fs, addr)
 	interval := fs.Duration("interval", time.Second, "refresh interval; rates are computed over it")
 	once := fs.Bool("once", false, "print one frame (measured over one interval) and exit")
 	key := fs.String("api-key", "", "API key, needed once the cluster stores keys (default $MACPOOL_API_KEY)")

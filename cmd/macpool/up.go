@@ -53,6 +53,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		wcf.gossip = net.JoinHostPort(host, "0")
 	}
 	wcf.join = c.GossipAddr()
+	wcf.dataDirSet = false // the in-process worker rejoins its own coordinator; the coordinator remembers the peers
 	wg, wctx := errgroup.WithContext(wbase)
 	if err := startWorker(wctx, wg, &wcf, &wf, logger, stdout); err != nil {
 		stopCoordinator()

@@ -91,6 +91,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := cf.useJoinToken(); err != nil { // secure.go: -join TOKEN
+		return err
+	}
 	if cf.join == "" { // no -join: find a coordinator on the LAN (mDNS, observe.go)
 		dlogger, err := cf.logger(stderr)
 		if err != nil {
@@ -124,6 +127,9 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 	if err != nil {
 		return err
 	}
+	if secret == nil && !cf.optedOut() {
+		return errNoSecret // secure.go: never plaintext unless -insecure
+	}
 	eng, model, closeEngine, err := f.placed.engine(f, logger) // distrib: f.engine, or none without -model
 	if err != nil {
 		return err
@@ -136,6 +142,12 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 	cfg.Engine = eng
 	cfg.Slots = slots
 	cfg.Gossip = cf.gossipConfig()
+	if cf.dataDirSet {
+		// Its own restart finds the cluster even if the -join addresses
+		// are gone (the coordinators' peers files cover theirs).
+		cfg.Gossip.PeersFile = filepath.Join(cf.dataDir, "worker-gossip-peers.json")
+	}
+	cfg.Gossip.Discover = cf.discover // mDNS when the worker found its cluster that way
 	cfg.DrainTimeout = f.drain
 	cfg.Logger = logger
 	cfg.Secret = secret
