@@ -240,3 +240,17 @@ func writeJSON(c *gin.Context, status int, v any) {
 	}
 	c.Data(status, "application/json; charset=utf-8", buf.Bytes())
 }
+
+// JobKind is the job kind an API path submits ("other" for the rest), the
+// kind label of the metrics.
+func JobKind(path string) string {
+	switch path {
+	case "/v1/chat/completions", "/v1/responses", "/v1/messages":
+		return job.KindChat
+	case "/v1/completions":
+		return job.KindCompletion
+	case "/v1/embeddings":
+		return job.KindEmbedding
+	}
+	return "other"
+}

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -80,4 +82,41 @@ func isLoopbackAddr(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// CreateDefaultSecret makes a new cluster secret and writes it (mode 0600)
+// to the default path; if another node won the race to create it, that
+// one is loaded instead. created says whether this call wrote it.
+func CreateDefaultSecret(getenv func(string) string) (s *Secret, path string, created bool, err error) {
+	if path, err = DefaultSecretPath(getenv); err != nil {
+		return nil, "", false, err
+	}
+	if s, err = NewSecret(); err != nil {
+		return nil, "", false, err
+	}
+	if err = WriteSecret(path, s, false); err == nil {
+		return s, path, true, nil
+	}
+	if !errors.Is(err, ErrSecretExists) {
+		return nil, "", false, err
+	}
+	s, err = LoadSecret(path)
+	return s, path, false, err
+}
+
+// ShowSecret hands a line that holds a secret (a join token, an API key)
+// to the operator: intro and line written to w when w is a terminal, else —
+// w is then a service's log file, which others may read — line alone to
+// path with mode 0600; it returns where the line went ("" for the terminal).
+func ShowSecret(w io.Writer, intro, line, path string) (string, error) {
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			_, err := io.WriteString(w, intro+line)
+			return "", err
+		}
+	}
+	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return path, nil
 }

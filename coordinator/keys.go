@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -267,4 +268,28 @@ func (c *Coordinator) Check(ctx context.Context, key string) (string, error) {
 		return k.ID, nil
 	}
 	return "", unauthorized("Incorrect API key provided.")
+}
+
+// FirstAdminKey creates an admin key when the cluster stores none: the
+// operator's way in at the first start of a cluster whose API needs keys.
+// It waits until this coordinator's state is the cluster's, so a restarted
+// or joining coordinator that finds keys creates nothing (ok false).
+func (c *Coordinator) FirstAdminKey(ctx context.Context) (k CreatedKey, ok bool, err error) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !c.StateLoaded() {
+		select {
+		case <-ctx.Done():
+			return CreatedKey{}, false, ctx.Err()
+		case <-t.C:
+		}
+	}
+	if len(c.Keys()) > 0 {
+		return CreatedKey{}, false, nil
+	}
+	k, err = c.CreateAPIKey(ctx, KeyRequest{ID: "admin", Name: "created at the first start", Admin: true})
+	if errors.Is(err, ErrKeyExists) { // another coordinator was first
+		return CreatedKey{}, false, nil
+	}
+	return k, err == nil, err
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,7 +21,6 @@ import (
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
 	"github.com/macpool/macpool/dashboard"
-	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/metrics"
 )
 
@@ -300,67 +298,24 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 	return c, ln, nil
 }
 
-// firstAdminKey creates and prints an admin key when the cluster stores
-// none and the API listens beyond loopback (where it then refuses callers
-// without a key): the operator's way in at the first start. It waits for
-// the cluster state, so a restarted or joining coordinator that finds keys
-// creates nothing. The key is printed only to a terminal: a service's
-// stdout goes to a log file others may read, so there it goes to
-// DATA-DIR/admin-key (0600) and only the path is printed.
+// firstAdminKey hands the operator the admin key the first start creates
+// when the API needs keys (coordinator.FirstAdminKey); only a terminal sees
+// the key itself (cluster.ShowSecret).
 func firstAdminKey(ctx context.Context, c *coordinator.Coordinator, httpAddr, dataDir string, stdout io.Writer, logger *slog.Logger) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for !c.StateLoaded() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	k, ok, err := c.FirstAdminKey(ctx)
+	if err != nil && ctx.Err() == nil {
+		logger.Warn("creating the first admin key", "err", err)
 	}
-	if len(c.Keys()) > 0 {
-		return
-	}
-	k, err := c.CreateAPIKey(ctx, admin.KeyRequest{ID: "admin", Name: "created at the first start", Admin: true})
-	if err != nil {
-		if ctx.Err() == nil && !errors.Is(err, coordinator.ErrKeyExists) {
-			logger.Warn("creating the first admin key", "err", err)
-		}
-		return
-	}
-	line := fmt.Sprintf("export OPENAI_API_KEY=%s\n", k.Secret)
-	if isTerminal(stdout) {
-		fmt.Fprintf(stdout, "api key required (the API on %s listens beyond loopback, or -require-api-key): created admin key %q (shown once, only its hash is stored):\n%s", httpAddr, k.ID, line)
-		return
-	}
-	path := filepath.Join(dataDir, "admin-key")
-	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
-		logger.Warn("writing the first admin key", "path", path, "err", err)
-		return
-	}
-	fmt.Fprintf(stdout, "api key required (the API on %s listens beyond loopback, or -require-api-key): created admin key %q, written to %s (mode 0600; only its hash is stored in the cluster)\n", httpAddr, k.ID, path)
-}
-
-// isTerminal reports whether w is a terminal (not a pipe or a log file).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
 	if !ok {
-		return false
+		return
 	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-// requestKind is the metrics' kind label of an API path.
-func requestKind(path string) string {
-	switch path {
-	case "/v1/chat/completions":
-		return job.KindChat
-	case "/v1/completions":
-		return job.KindCompletion
-	case "/v1/embeddings":
-		return job.KindEmbedding
+	why := fmt.Sprintf("api key required (the API on %s listens beyond loopback, or -require-api-key): created admin key %q", httpAddr, k.ID)
+	line := fmt.Sprintf("export OPENAI_API_KEY=%s\n", k.Secret)
+	if path, err := cluster.ShowSecret(stdout, why+" (shown once, only its hash is stored):\n", line, filepath.Join(dataDir, "admin-key")); err != nil {
+		logger.Warn("writing the first admin key", "err", err)
+	} else if path != "" {
+		fmt.Fprintf(stdout, "%s, written to %s (mode 0600; only its hash is stored in the cluster)\n", why, path)
 	}
-	return "other"
 }
 
 // apiConfig is the HTTP server's configuration: api.DefaultConfig's
@@ -390,7 +345,7 @@ func newHTTPServer(acfg api.Config, c *coordinator.Coordinator, reg *metrics.Reg
 		return nil, err
 	}
 	reg, svc := observeCoordinator(c, reg)
-	acfg.OnRejected = func(path string, e *openai.Error) { reg.ObserveRejected(requestKind(path), e) }
+	acfg.OnRejected = func(path string, e *openai.Error) { reg.ObserveRejected(api.JobKind(path), e) }
 	acfg.Handlers = map[string]http.Handler{metrics.Path: reg.Handler()}
 	for _, p := range d.Patterns() { // the dashboard at / and /dashboard
 		acfg.Handlers[p] = d

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,26 +25,13 @@ var errNoSecret = fmt.Errorf("%w: no cluster secret: join with the token a coord
 // optedOut reports whether the node was told to run without a secret.
 func (f *clusterFlags) optedOut() bool { return f.insecure || f.secretFile == "none" }
 
-// createSecret writes a new cluster secret to the default path (the
-// secret of a coordinator started in another way moments earlier, if one
-// won the race) and makes it this node's.
+// createSecret gives a new cluster its secret (cluster.CreateDefaultSecret).
 func (f *clusterFlags) createSecret(logger *slog.Logger) (*cluster.Secret, error) {
-	path, err := cluster.DefaultSecretPath(os.Getenv)
+	s, path, created, err := cluster.CreateDefaultSecret(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	s, err := cluster.NewSecret()
-	if err != nil {
-		return nil, err
-	}
-	if err := cluster.WriteSecret(path, s, false); err != nil {
-		if !errors.Is(err, cluster.ErrSecretExists) {
-			return nil, err
-		}
-		if s, err = cluster.LoadSecret(path); err != nil {
-			return nil, err
-		}
-	} else {
+	if created {
 		logger.Info("created the cluster secret (mode 0600): gossip, NATS and Raft encrypted and authenticated; run with -insecure for plaintext", "file", path, "id", s.ID())
 	}
 	f.secret, f.secretLoaded = s, true
@@ -70,19 +56,15 @@ func (f *clusterFlags) useJoinToken() error {
 	return nil
 }
 
-// printJoinToken prints the command that joins another Mac. The token holds
-// the secret, so it goes only to a terminal; a service's stdout (a log
-// file) gets the path of DATA-DIR/join-token (0600) instead.
+// printJoinToken prints the command that joins another Mac; the token
+// holds the secret, so only a terminal sees it (cluster.ShowSecret).
 func printJoinToken(stdout io.Writer, s *cluster.Secret, gossip, dataDir string, logger *slog.Logger) {
 	line := fmt.Sprintf("macpool worker --join %s --model MODEL\n", cluster.JoinToken(s, []string{gossip}))
-	if isTerminal(stdout) {
-		fmt.Fprintf(stdout, "join another Mac (the token holds the cluster secret):\n  %s", line)
-		return
+	path, err := cluster.ShowSecret(stdout, "join another Mac (the token holds the cluster secret):\n  ", line, filepath.Join(dataDir, "join-token"))
+	switch {
+	case err != nil:
+		logger.Warn("writing the join token", "err", err)
+	case path != "":
+		fmt.Fprintf(stdout, "join token for another Mac written to %s (mode 0600; it holds the cluster secret)\n", path)
 	}
-	path := filepath.Join(dataDir, "join-token")
-	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
-		logger.Warn("writing the join token", "path", path, "err", err)
-		return
-	}
-	fmt.Fprintf(stdout, "join token for another Mac written to %s (mode 0600; it holds the cluster secret)\n", path)
 }

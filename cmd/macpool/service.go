@@ -89,22 +89,8 @@ func runService(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		if f.dryRun {
-			b, err := deploy.Render(cfg)
-			if err != nil {
+			if err := deploy.DryRun(cfg, stdout); err != nil {
 				return fmt.Errorf("%w: %v", errUsage, err)
-			}
-			fmt.Fprintf(stdout, "# %s\n%s", cfg.Path(), b)
-			env, err := deploy.RenderEnvFile(cfg) // the secrets, written 0600 (Linux)
-			if err != nil {
-				return fmt.Errorf("%w: %v", errUsage, err)
-			}
-			if env != nil {
-				fmt.Fprintf(stdout, "# %s (mode 0600; values not shown)\n", cfg.EnvFile())
-				for _, l := range strings.Split(strings.TrimSpace(string(env)), "\n") {
-					if name, _, ok := strings.Cut(l, "="); ok && !strings.HasPrefix(l, "#") {
-						fmt.Fprintf(stdout, "%s=...\n", name)
-					}
-				}
 			}
 			return nil
 		}
