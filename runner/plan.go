@@ -3,6 +3,7 @@ package runner
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/macpool/macpool/engine/chat/reasoning"
 	"github.com/macpool/macpool/engine/chat/toolcall"
 	"github.com/macpool/macpool/engine/sample"
+	"github.com/macpool/macpool/engine/tokenizer"
 	"github.com/macpool/macpool/job"
 )
 
@@ -103,7 +105,13 @@ func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
 			return nil, openai.InvalidRequest("echo", "echo is not supported")
 		}
 		if r.Suffix != "" {
-			return nil, openai.InvalidRequest("suffix", "suffix is not supported")
+			fim, ok := fimTokens(e.tok)
+			if !ok || e.noText {
+				return nil, openai.InvalidRequest("suffix", "model %s has no fill-in-the-middle tokens (%s, %s, %s) in its vocabulary, so suffix is not supported", e.cfg.ModelName, fimPrefix, fimSuffix, fimMiddle)
+			}
+			// Qwen coder's prefix-suffix-middle layout: the model writes the
+			// middle after <|fim_middle|>, and its text is the completion.
+			p.prompt = slices.Concat([]int{fim.prefix}, p.prompt, []int{fim.suffix}, e.tok.Encode(r.Suffix), []int{fim.middle})
 		}
 		maxNew = r.MaxNewTokens()
 		if r.MaxTokens == nil {
@@ -144,6 +152,25 @@ func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
 	}
 	p.params = params
 	return p, nil
+}
+
+// The fill-in-the-middle markers of Qwen2.5-Coder and Qwen3-Coder.
+const (
+	fimPrefix = "<|fim_prefix|>"
+	fimSuffix = "<|fim_suffix|>"
+	fimMiddle = "<|fim_middle|>"
+)
+
+type fimIDs struct{ prefix, suffix, middle int }
+
+// fimTokens looks up the fill-in-the-middle markers; ok is false unless the
+// vocabulary has all three (a suffix cannot be placed without them).
+func fimTokens(tok *tokenizer.Tokenizer) (ids fimIDs, ok bool) {
+	var okP, okS, okM bool
+	ids.prefix, okP = tok.TokenID(fimPrefix)
+	ids.suffix, okS = tok.TokenID(fimSuffix)
+	ids.middle, okM = tok.TokenID(fimMiddle)
+	return ids, okP && okS && okM
 }
 
 type sampleReq struct {

@@ -1,0 +1,87 @@
+package runner
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/engine/tokenizer"
+)
+
+// wantBadRequest checks that err is a 400 naming param.
+func wantBadRequest(t *testing.T, err error, param string) {
+	t.Helper()
+	var oe *openai.Error
+	if !errors.As(err, &oe) {
+		t.Fatalf("got %v, want a 400 naming %s", err, param)
+	}
+	if oe.Status != 400 || oe.Param != param {
+		t.Fatalf("got %d %v (%s), want a 400 naming %s", oe.Status, oe.Param, oe.Message, param)
+	}
+}
+
+// suffix lays out Qwen coder's fill-in-the-middle prompt: the test
+// tokenizer is Qwen3's, which has the three markers.
+func TestCompletionSuffixFIM(t *testing.T) {
+	e := newEngine(t, "qwen3", nil)
+	prompt, suffix := "def add(a, b):\n    ", "\n    return c\n"
+	j := completionJob(prompt, func(r *openai.CompletionRequest) {
+		r.Suffix, r.MaxTokens, r.Temperature = suffix, ptr(3), ptr(0.0)
+	})
+	p, oe := e.plan(j)
+	if oe != nil {
+		t.Fatal(oe)
+	}
+	id := func(s string) int {
+		t.Helper()
+		v, ok := e.tok.TokenID(s)
+		if !ok {
+			t.Fatalf("test tokenizer has no %s", s)
+		}
+		return v
+	}
+	want := slices.Concat([]int{id("<|fim_prefix|>")}, e.tok.Encode(prompt), []int{id("<|fim_suffix|>")}, e.tok.Encode(suffix), []int{id("<|fim_middle|>")})
+	if !slices.Equal(p.prompt, want) {
+		t.Fatalf("prompt tokens:\ngot  %v\nwant %v", p.prompt, want)
+	}
+	r := mustRun(t, e, j)
+	if r.usage.PromptTokens != len(want) {
+		t.Errorf("usage.prompt_tokens: got %d, want %d", r.usage.PromptTokens, len(want))
+	}
+	// Token-id prompts take the same layout.
+	ids := e.tok.Encode(prompt)
+	jt := completionJob("", func(r *openai.CompletionRequest) {
+		r.Prompt, r.Suffix = openai.Prompt{Tokens: [][]int{ids}}, suffix
+	})
+	if p, oe := e.plan(jt); oe != nil || !slices.Equal(p.prompt, want) {
+		t.Fatalf("token-id prompt: got %v, %v; want %v", p, oe, want)
+	}
+}
+
+// A vocabulary without the markers refuses suffix (the lookup is what the
+// runner consults).
+func TestFIMTokensMissing(t *testing.T) {
+	tok, err := tokenizer.New(tokenizer.Spec{Tokens: []string{"a", "b", "<|fim_prefix|>", "<|fim_suffix|>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := fimTokens(tok); ok {
+		t.Fatal("fimTokens: got ok for a vocabulary without <|fim_middle|>")
+	}
+	full, err := tokenizer.New(tokenizer.Spec{Tokens: []string{"<|fim_middle|>", "<|fim_prefix|>", "<|fim_suffix|>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, ok := fimTokens(full); !ok || ids != (fimIDs{prefix: 1, suffix: 2, middle: 0}) {
+		t.Fatalf("fimTokens: got %+v %v, want {1 2 0} true", ids, ok)
+	}
+	// The runner refuses with a 400 naming suffix when its vocabulary lacks them.
+	e := newEngine(t, "qwen3", nil)
+	e.tok = tok
+	_, oe := e.plan(completionJob("a", func(r *openai.CompletionRequest) { r.Suffix = "b" }))
+	if oe == nil {
+		t.Fatal("suffix on a vocabulary without FIM tokens: got no error")
+	}
+	wantBadRequest(t, oe, "suffix")
+}
