@@ -62,6 +62,13 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 			return res, err
 		}
 	}
+	// The echoed prompt is an event of its own, ahead of the generation, so
+	// that stop strings never match inside it; a resumed choice already sent it.
+	if p.echo != "" && len(resumed) == 0 {
+		if err := emit(&job.Event{Choice: i, Text: p.echo}, nil); err != nil {
+			return res, err
+		}
+	}
 
 	var logits []float32
 	input := p.prompt

@@ -85,3 +85,52 @@ func TestFIMTokensMissing(t *testing.T) {
 	}
 	wantBadRequest(t, oe, "suffix")
 }
+
+// echo puts the prompt text before each choice's output, in an event of its
+// own ahead of the generation (a stream's first chunk), and a stop string
+// found in the prompt does not cut it.
+func TestCompletionEcho(t *testing.T) {
+	e := newEngine(t, "qwen3", nil)
+	prompt := "The capital of France is"
+	for _, tc := range []struct {
+		name   string
+		prompt openai.Prompt
+	}{
+		{"text", openai.TextPrompt(prompt)},
+		{"token ids", openai.Prompt{Tokens: [][]int{e.tok.Encode(prompt)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			edit := func(echo bool) func(*openai.CompletionRequest) {
+				return func(r *openai.CompletionRequest) {
+					r.Prompt, r.Echo = tc.prompt, echo
+					r.MaxTokens, r.Temperature, r.N, r.Stop = ptr(5), ptr(0.0), ptr(2), openai.Stop{"capital"}
+				}
+			}
+			plain := mustRun(t, e, completionJob("", edit(false)))
+			echoed := mustRun(t, e, completionJob("", edit(true)))
+			if len(echoed.choices) != 2 {
+				t.Fatalf("got %d choices, want 2", len(echoed.choices))
+			}
+			for i, c := range echoed.choices {
+				if want := prompt + plain.choices[i].text; c.text != want {
+					t.Errorf("choice %d: got %q, want %q", i, c.text, want)
+				}
+			}
+			for i := range 2 {
+				for _, ev := range echoed.events {
+					if ev.Usage == nil && ev.Choice == i {
+						if ev.Text != prompt {
+							t.Errorf("choice %d: first event text %q, want the prompt %q", i, ev.Text, prompt)
+						}
+						break
+					}
+				}
+			}
+			if echoed.usage.CompletionTokens != plain.usage.CompletionTokens {
+				t.Errorf("completion tokens: got %d with echo, want %d", echoed.usage.CompletionTokens, plain.usage.CompletionTokens)
+			}
+		})
+	}
+	_, err := run(t, e, completionJob(prompt, func(r *openai.CompletionRequest) { r.Echo, r.Logprobs = true, ptr(1) }))
+	wantBadRequest(t, err, "echo")
+}

@@ -35,6 +35,7 @@ type plan struct {
 	parallel   bool
 	segments   func() []segment // nil: unconstrained
 	resume     [][]int          // per choice: tokens generated elsewhere (failover)
+	echo       string           // completions echo: the prompt text, sent before each choice's output
 }
 
 // plan validates and prepares job. Errors are 400s naming the parameter.
@@ -102,7 +103,17 @@ func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
 			p.prompt = e.tok.Encode(r.Prompt.Texts[0])
 		}
 		if r.Echo {
-			return nil, openai.InvalidRequest("echo", "echo is not supported")
+			// OpenAI's echo with logprobs also scores the prompt tokens; the
+			// prefill keeps only the last position's logits, so that is refused
+			// rather than answered without them.
+			if r.Logprobs != nil {
+				return nil, openai.InvalidRequest("echo", "echo together with logprobs is not supported (prompt token logprobs are not computed)")
+			}
+			if len(r.Prompt.Texts) == 1 {
+				p.echo = r.Prompt.Texts[0]
+			} else {
+				p.echo = e.tok.Decode(p.prompt)
+			}
 		}
 		if r.Suffix != "" {
 			fim, ok := fimTokens(e.tok)
