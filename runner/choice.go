@@ -33,8 +33,11 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 	}
 	defer func() { <-e.slots }()
 
+	pr := p.prompt(i)
 	params := p.params
-	params.Seed += uint64(i) // each choice its own draw stream
+	// Each choice of a prompt its own draw stream; choice j of every prompt
+	// draws as choice j of a request with that prompt alone would.
+	params.Seed += uint64(i % p.n)
 	sampler, err := sample.New(params)
 	if err != nil {
 		return res, openai.InvalidRequest("", "%v", err)
@@ -48,7 +51,7 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 		return res, err
 	}
 	defer cache.Free()
-	s := &seq{cache: cache, res: make(chan stepResult, 1), promptEnd: len(p.prompt)}
+	s := &seq{cache: cache, res: make(chan stepResult, 1), promptEnd: len(pr.ids)}
 	defer e.done(s) // runs before Free: the scheduler forgets s first
 
 	var resumed []int // decoded ids; subst[k]: resumed[k] replaced a sampled EOS
@@ -64,16 +67,16 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 	}
 	// The echoed prompt is an event of its own, ahead of the generation, so
 	// that stop strings never match inside it; a resumed choice already sent it.
-	if p.echo != "" && len(resumed) == 0 {
-		if err := emit(&job.Event{Choice: i, Text: p.echo}, nil); err != nil {
+	if pr.echo != "" && len(resumed) == 0 {
+		if err := emit(&job.Event{Choice: i, Text: pr.echo}, nil); err != nil {
 			return res, err
 		}
 	}
 
 	var logits []float32
-	input := p.prompt
+	input := pr.ids
 	if len(resumed) > 0 {
-		input = append(slices.Clip(p.prompt), resumed...)
+		input = append(slices.Clip(pr.ids), resumed...)
 	}
 	// The scheduler prefills the input in chunks (after the prefix cache).
 	sr := e.stepGreedy(ctx, s, input, true, greedy && len(resumed) >= p.minTokens)
@@ -128,7 +131,7 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 			id = con.prepare(logits)
 		}
 		if id < 0 {
-			id = sampler.Sample(logits, p.prompt, gen)
+			id = sampler.Sample(logits, pr.ids, gen)
 		}
 		rep := id // reported with the events: the id, or its substitution mark
 		if con != nil {

@@ -42,8 +42,8 @@ func TestCompletionSuffixFIM(t *testing.T) {
 		return v
 	}
 	want := slices.Concat([]int{id("<|fim_prefix|>")}, e.tok.Encode(prompt), []int{id("<|fim_suffix|>")}, e.tok.Encode(suffix), []int{id("<|fim_middle|>")})
-	if !slices.Equal(p.prompt, want) {
-		t.Fatalf("prompt tokens:\ngot  %v\nwant %v", p.prompt, want)
+	if !slices.Equal(p.prompts[0].ids, want) {
+		t.Fatalf("prompt tokens:\ngot  %v\nwant %v", p.prompts[0].ids, want)
 	}
 	r := mustRun(t, e, j)
 	if r.usage.PromptTokens != len(want) {
@@ -54,7 +54,7 @@ func TestCompletionSuffixFIM(t *testing.T) {
 	jt := completionJob("", func(r *openai.CompletionRequest) {
 		r.Prompt, r.Suffix = openai.Prompt{Tokens: [][]int{ids}}, suffix
 	})
-	if p, oe := e.plan(jt); oe != nil || !slices.Equal(p.prompt, want) {
+	if p, oe := e.plan(jt); oe != nil || !slices.Equal(p.prompts[0].ids, want) {
 		t.Fatalf("token-id prompt: got %v, %v; want %v", p, oe, want)
 	}
 }
@@ -133,4 +133,58 @@ func TestCompletionEcho(t *testing.T) {
 	}
 	_, err := run(t, e, completionJob(prompt, func(r *openai.CompletionRequest) { r.Echo, r.Logprobs = true, ptr(1) }))
 	wantBadRequest(t, err, "echo")
+}
+
+// A list of prompts: prompt k's choices are k*n..k*n+n-1, each what a
+// request with that prompt alone (same seed) answers; usage sums the prompts.
+func TestCompletionPromptList(t *testing.T) {
+	e := newEngine(t, "qwen3", nil)
+	texts := []string{"Once upon a time", "The quick brown fox jumps", "1, 2, 3,"}
+	tokens := make([][]int, len(texts))
+	for k, s := range texts {
+		tokens[k] = e.tok.Encode(s)
+	}
+	const n = 2
+	sampled := func(r *openai.CompletionRequest) {
+		r.N, r.MaxTokens, r.Temperature, r.Seed = ptr(n), ptr(6), ptr(1.0), ptr(int64(42))
+	}
+	alone := make([]*result, len(texts))
+	for k, s := range texts {
+		alone[k] = mustRun(t, e, completionJob(s, sampled))
+	}
+	for _, tc := range []struct {
+		name   string
+		prompt openai.Prompt
+	}{
+		{"texts", openai.Prompt{Texts: texts}},
+		{"token ids", openai.Prompt{Tokens: tokens}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustRun(t, e, completionJob("", func(r *openai.CompletionRequest) { sampled(r); r.Prompt = tc.prompt }))
+			if len(r.choices) != len(texts)*n {
+				t.Fatalf("got %d choices, want %d", len(r.choices), len(texts)*n)
+			}
+			var promptTokens, completionTokens int
+			for k := range texts {
+				for j := range n {
+					got, want := r.choices[k*n+j], alone[k].choices[j]
+					if got.text != want.text || got.finish != want.finish {
+						t.Errorf("prompt %d choice %d: got %q (%s), want %q (%s) as alone", k, j, got.text, got.finish, want.text, want.finish)
+					}
+				}
+				promptTokens += alone[k].usage.PromptTokens
+				completionTokens += alone[k].usage.CompletionTokens
+			}
+			if r.usage.PromptTokens != promptTokens || r.usage.CompletionTokens != completionTokens || r.usage.TotalTokens != promptTokens+completionTokens {
+				t.Errorf("usage: got %+v, want prompt %d completion %d", r.usage, promptTokens, completionTokens)
+			}
+		})
+	}
+	// The runner bounds the choices itself (a job need not come through the API).
+	many := make([]string, 9)
+	for k := range many {
+		many[k] = "x"
+	}
+	_, err := run(t, e, completionJob("", func(r *openai.CompletionRequest) { r.Prompt, r.N = openai.Prompt{Texts: many}, ptr(16) }))
+	wantBadRequest(t, err, "prompt")
 }

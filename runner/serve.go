@@ -450,18 +450,18 @@ func (e *Runner) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, 
 	}
 	e.recordKeys(j)
 	if r != nil {
-		if len(r.Tokens) > p.n {
-			return openai.InvalidRequest("n", "resume has %d choices, the request %d", len(r.Tokens), p.n)
+		if len(r.Tokens) > p.choices() {
+			return openai.InvalidRequest("n", "resume has %d choices, the request %d", len(r.Tokens), p.choices())
 		}
 		p.resume = r.Tokens
-		for _, toks := range r.Tokens {
+		for i, toks := range r.Tokens {
 			ids, _ := decodeResumed(toks)
 			for _, id := range ids {
 				if id >= e.model.VocabSize() {
 					return openai.InvalidRequest("", "resume token id %d outside the vocabulary", id)
 				}
 			}
-			if len(p.prompt)+len(toks) >= e.maxCtx {
+			if len(p.prompt(i).ids)+len(toks) >= e.maxCtx {
 				return openai.InvalidRequest("", "resume: prompt and generated tokens fill the context")
 			}
 		}
@@ -477,10 +477,10 @@ func (e *Runner) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	results := make([]choiceResult, p.n)
-	errs := make([]error, p.n)
+	results := make([]choiceResult, p.choices())
+	errs := make([]error, p.choices())
 	var wg sync.WaitGroup
-	for i := 0; i < p.n; i++ {
+	for i := range p.choices() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -501,7 +501,13 @@ func (e *Runner) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, 
 	if first != nil {
 		return first
 	}
-	u := &openai.Usage{PromptTokens: len(p.prompt), PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: min(results[0].cached, len(p.prompt))}}
+	// Each prompt counts once, however many choices it has; its cached
+	// positions are those its first choice found.
+	u := &openai.Usage{PromptTokensDetails: &openai.PromptTokensDetails{}}
+	for k, pr := range p.prompts {
+		u.PromptTokens += len(pr.ids)
+		u.PromptTokensDetails.CachedTokens += min(results[k*p.n].cached, len(pr.ids))
+	}
 	reasoning := 0
 	for _, r := range results {
 		u.CompletionTokens += r.tokens

@@ -10,9 +10,12 @@ import (
 
 // Limits of the sampling parameters.
 const (
-	MaxN           = 16 // choices per request: each costs a full generation on a Mac
-	MaxStop        = 4  // stop sequences, as OpenAI
-	MaxTopLogprobs = 20 // alternatives per position, as OpenAI
+	MaxN = 16 // choices per request: each costs a full generation on a Mac
+	// MaxCompletionChoices bounds a completions request's choices over all
+	// its prompts (prompts × n, or × best_of).
+	MaxCompletionChoices = 128
+	MaxStop              = 4  // stop sequences, as OpenAI
+	MaxTopLogprobs       = 20 // alternatives per position, as OpenAI
 )
 
 // ParseChatCompletionRequest decodes and validates a chat request body. The
@@ -254,22 +257,21 @@ func (r *CompletionRequest) Validate() *Error {
 	if r.Model == "" {
 		return InvalidRequest("model", "model is required")
 	}
-	switch n := r.Prompt.Len(); {
-	case n == 0:
+	if r.Prompt.Len() == 0 {
 		return InvalidRequest("prompt", "prompt is required")
-	case n > 1:
-		return InvalidRequest("prompt", "only one prompt per request is supported, got %d", n)
 	}
-	if len(r.Prompt.Texts) == 1 && r.Prompt.Texts[0] == "" {
-		return InvalidRequest("prompt", "prompt must not be empty")
-	}
-	if len(r.Prompt.Tokens) == 1 {
-		if len(r.Prompt.Tokens[0]) == 0 {
-			return InvalidRequest("prompt", "prompt must not be an empty token list")
+	for k, s := range r.Prompt.Texts {
+		if s == "" {
+			return InvalidRequest("prompt", "prompt %d must not be empty", k)
 		}
-		for _, id := range r.Prompt.Tokens[0] {
+	}
+	for k, ids := range r.Prompt.Tokens {
+		if len(ids) == 0 {
+			return InvalidRequest("prompt", "prompt %d must not be an empty token list", k)
+		}
+		for _, id := range ids {
 			if id < 0 {
-				return InvalidRequest("prompt", "token id %d is negative", id)
+				return InvalidRequest("prompt", "prompt %d: token id %d is negative", k, id)
 			}
 		}
 	}
@@ -281,6 +283,10 @@ func (r *CompletionRequest) Validate() *Error {
 	}
 	if r.BestOf != nil && *r.BestOf != r.Choices() {
 		return InvalidRequest("best_of", "best_of other than n is not supported")
+	}
+	// Every prompt gets its own n choices, each a full generation.
+	if total := r.Prompt.Len() * r.Choices(); total > MaxCompletionChoices {
+		return InvalidRequest("prompt", "%d prompts with n=%d make %d choices, more than the %d a request may have", r.Prompt.Len(), r.Choices(), total, MaxCompletionChoices)
 	}
 	if err := validateSampling(sampling{r.Temperature, r.TopP, r.PresencePenalty, r.FrequencyPenalty, r.TopK, r.MinP, r.RepetitionPenalty, r.MinTokens, r.MaxNewTokens(), r.Stop, r.LogitBias}); err != nil {
 		return err
