@@ -18,7 +18,8 @@ import (
 type choiceResult struct {
 	tokens          int // completion tokens (the EOS included, as vLLM counts)
 	reasoningTokens int
-	cached          int // prompt positions from the prefix cache
+	cached          int     // prompt positions from the prefix cache
+	logprob         float64 // with plan.score: the sum of the generated tokens' logprobs
 }
 
 // runChoice generates choice i of p as its own sequence.
@@ -45,7 +46,7 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 	// Steps whose token is the plain argmax of the logits let the backend
 	// pick it (on a GPU only the id comes back): greedy, nothing that
 	// changes or reports the logits.
-	greedy := greedyParams(params) && !p.logprobs && p.segments == nil
+	greedy := greedyParams(params) && !p.logprobs && !p.score && p.segments == nil
 	cache, err := e.newCache()
 	if err != nil {
 		return res, err
@@ -114,7 +115,7 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 	}
 	for !ended {
 		raw := logits
-		if p.logprobs && (con != nil || len(gen) < p.minTokens) {
+		if (p.logprobs || p.score) && (con != nil || len(gen) < p.minTokens) {
 			raw = slices.Clone(logits) // logprobs are of the model, before masks
 		}
 		if len(gen) < p.minTokens {
@@ -140,8 +141,12 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 			}
 		}
 		gen = append(gen, id)
-		if p.logprobs {
-			out.logprob(sample.Logprobs(raw, id, p.top))
+		if p.logprobs || p.score {
+			c := sample.Logprobs(raw, id, p.top)
+			if p.logprobs {
+				out.logprob(c)
+			}
+			res.logprob += float64(c.Logprob)
 		}
 		if (con != nil && con.done) || (!p.ignoreEOS && slices.Contains(e.eos, id)) {
 			out.ids = append(out.ids, rep) // rides on the last event

@@ -188,3 +188,57 @@ func TestCompletionPromptList(t *testing.T) {
 	_, err := run(t, e, completionJob("", func(r *openai.CompletionRequest) { r.Prompt, r.N = openai.Prompt{Texts: many}, ptr(16) }))
 	wantBadRequest(t, err, "prompt")
 }
+
+// best_of generates best_of candidates per prompt (candidate j draws as
+// choice j of a request with n=best_of) and returns the n with the highest
+// mean token logprob, best first; usage counts every candidate.
+func TestCompletionBestOf(t *testing.T) {
+	e := newEngine(t, "qwen3", nil)
+	texts := []string{"Once upon a time", "The quick brown fox jumps"}
+	const bestOf, n = 4, 2
+	base := func(r *openai.CompletionRequest) {
+		r.Prompt, r.MaxTokens, r.Temperature, r.Seed = openai.Prompt{Texts: texts}, ptr(6), ptr(1.5), ptr(int64(7))
+	}
+	// The candidates, with their logprobs, as plain choices.
+	all := mustRun(t, e, completionJob("", func(r *openai.CompletionRequest) { base(r); r.N, r.Logprobs = ptr(bestOf), ptr(0) }))
+	mean := func(c choiceOut) float64 {
+		var s float64
+		for _, lp := range c.logprobs {
+			s += lp.Logprob
+		}
+		return s / float64(len(c.logprobs))
+	}
+	got := mustRun(t, e, completionJob("", func(r *openai.CompletionRequest) { base(r); r.N, r.BestOf = ptr(n), ptr(bestOf) }))
+	if len(got.choices) != len(texts)*n {
+		t.Fatalf("got %d choices, want %d", len(got.choices), len(texts)*n)
+	}
+	distinct := false
+	for k := range texts {
+		cands := slices.Clone(all.choices[k*bestOf : (k+1)*bestOf])
+		slices.SortStableFunc(cands, func(a, b choiceOut) int {
+			switch ma, mb := mean(a), mean(b); {
+			case ma > mb:
+				return -1
+			case ma < mb:
+				return 1
+			}
+			return 0
+		})
+		for r := range n {
+			if g, w := got.choices[k*n+r], cands[r]; g.text != w.text || g.finish != w.finish {
+				t.Errorf("prompt %d rank %d: got %q, want %q (mean logprob %.4f)", k, r, g.text, w.text, mean(w))
+			}
+			if all.choices[k*bestOf+r].text != cands[r].text {
+				distinct = true // the selection is not just the first n
+			}
+		}
+	}
+	if !distinct {
+		t.Error("the best candidates are the first ones for every prompt: the test does not tell selection from truncation")
+	}
+	if got.usage.CompletionTokens != all.usage.CompletionTokens || got.usage.PromptTokens != all.usage.PromptTokens {
+		t.Errorf("usage: got %+v, want that of all %d candidates %+v", got.usage, bestOf, all.usage)
+	}
+	_, err := run(t, e, completionJob("x", func(r *openai.CompletionRequest) { r.N, r.BestOf = ptr(3), ptr(2) }))
+	wantBadRequest(t, err, "best_of")
+}

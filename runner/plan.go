@@ -23,8 +23,10 @@ type plan struct {
 	maxTokens  int
 	minTokens  int
 	ignoreEOS  bool
-	params     sample.Params // Seed is the request's base seed: choice i uses Seed+i
-	n          int           // choices per prompt
+	params     sample.Params // Seed is the request's base seed: choice j of each prompt uses Seed+j
+	n          int           // choices generated per prompt (best_of candidates when keep > 0)
+	keep       int           // best_of: the n of the candidates returned per prompt; 0: all
+	score      bool          // sum each choice's token logprobs (choiceResult.logprob), for best_of
 	logprobs   bool
 	top        int
 	stops      []string
@@ -96,6 +98,16 @@ func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
 			maxNew = 16 // OpenAI's default for completions
 		}
 		p.n = r.Choices()
+		if r.BestOf != nil {
+			switch {
+			case *r.BestOf < p.n:
+				return nil, openai.InvalidRequest("best_of", "best_of %d must be at least n %d", *r.BestOf, p.n)
+			case *r.BestOf > p.n:
+				// Generate best_of candidates per prompt and keep the n with
+				// the highest mean token logprob.
+				p.keep, p.n, p.score = p.n, *r.BestOf, true
+			}
+		}
 		if r.Logprobs != nil {
 			p.logprobs, p.top = true, *r.Logprobs
 		}
@@ -112,7 +124,7 @@ func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
 		p.n = 1
 	}
 	if total := p.n * len(p.prompts); total > openai.MaxCompletionChoices {
-		return nil, openai.InvalidRequest(promptPm, "%d prompts with %d choices each make %d choices, more than the %d a request may have", len(p.prompts), p.n, total, openai.MaxCompletionChoices)
+		return nil, openai.InvalidRequest(promptPm, "%d prompts with %d choices (or best_of candidates) each make %d choices, more than the %d a request may have", len(p.prompts), p.n, total, openai.MaxCompletionChoices)
 	}
 	// One max_tokens for all prompts: it must fit beside the longest.
 	room := e.maxCtx

@@ -25,6 +25,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -453,6 +454,12 @@ func (e *Runner) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, 
 		if len(r.Tokens) > p.choices() {
 			return openai.InvalidRequest("n", "resume has %d choices, the request %d", len(r.Tokens), p.choices())
 		}
+		if p.keep > 0 && slices.ContainsFunc(r.Tokens, func(t []int) bool { return len(t) > 0 }) {
+			// The tokens are of returned choices, and which candidate each
+			// was is not carried over; nothing is sent before the selection
+			// is complete, so this is a failover during that last instant.
+			return openai.Unavailable("a best_of selection already partly sent cannot be resumed")
+		}
 		p.resume = r.Tokens
 		for i, toks := range r.Tokens {
 			ids, _ := decodeResumed(toks)
@@ -480,11 +487,17 @@ func (e *Runner) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, 
 	results := make([]choiceResult, p.choices())
 	errs := make([]error, p.choices())
 	var wg sync.WaitGroup
+	emitChoice := safeEmit
+	var held *bestOf
+	if p.keep > 0 {
+		held = newBestOf(p)
+		emitChoice = held.hold
+	}
 	for i := range p.choices() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = e.runChoice(ctx, p, i, safeEmit)
+			results[i], errs[i] = e.runChoice(ctx, p, i, emitChoice)
 			if errs[i] != nil {
 				cancel()
 			}
@@ -501,6 +514,11 @@ func (e *Runner) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, 
 	if first != nil {
 		return first
 	}
+	if held != nil {
+		if err := held.release(results, safeEmit); err != nil {
+			return err
+		}
+	}
 	// Each prompt counts once, however many choices it has; its cached
 	// positions are those its first choice found.
 	u := &openai.Usage{PromptTokensDetails: &openai.PromptTokensDetails{}}
@@ -509,7 +527,7 @@ func (e *Runner) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, 
 		u.PromptTokensDetails.CachedTokens += min(results[k*p.n].cached, len(pr.ids))
 	}
 	reasoning := 0
-	for _, r := range results {
+	for _, r := range results { // every best_of candidate, as OpenAI bills them
 		u.CompletionTokens += r.tokens
 		reasoning += r.reasoningTokens
 	}

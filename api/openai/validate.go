@@ -281,12 +281,21 @@ func (r *CompletionRequest) Validate() *Error {
 	if err := validateN(r.N); err != nil {
 		return err
 	}
-	if r.BestOf != nil && *r.BestOf != r.Choices() {
-		return InvalidRequest("best_of", "best_of other than n is not supported")
+	per := r.Choices() // generations per prompt
+	if r.BestOf != nil {
+		switch b := *r.BestOf; {
+		case b < r.Choices():
+			return InvalidRequest("best_of", "best_of %d must be at least n %d", b, r.Choices())
+		case b > r.Choices() && r.Stream:
+			// The n best are known only when every candidate has finished.
+			return InvalidRequest("best_of", "best_of greater than n cannot be streamed")
+		}
+		per = *r.BestOf
 	}
-	// Every prompt gets its own n choices, each a full generation.
-	if total := r.Prompt.Len() * r.Choices(); total > MaxCompletionChoices {
-		return InvalidRequest("prompt", "%d prompts with n=%d make %d choices, more than the %d a request may have", r.Prompt.Len(), r.Choices(), total, MaxCompletionChoices)
+	// Every prompt gets its own n choices (or best_of candidates), each a
+	// full generation.
+	if total := r.Prompt.Len() * per; total > MaxCompletionChoices {
+		return InvalidRequest("prompt", "%d prompts with %d generations each (n or best_of) make %d choices, more than the %d a request may have", r.Prompt.Len(), per, total, MaxCompletionChoices)
 	}
 	if err := validateSampling(sampling{r.Temperature, r.TopP, r.PresencePenalty, r.FrequencyPenalty, r.TopK, r.MinP, r.RepetitionPenalty, r.MinTokens, r.MaxNewTokens(), r.Stop, r.LogitBias}); err != nil {
 		return err
