@@ -471,3 +471,36 @@ func TestBadEvents(t *testing.T) {
 		t.Errorf("stream: %v, want an error frame about choice 3", err)
 	}
 }
+
+// A list of prompts: the events of choice k*n+j land in that choice of the
+// response, as the SDK reads it.
+func TestCompletionsPromptList(t *testing.T) {
+	svc := &fakeService{events: []job.Event{
+		{Choice: 0, Text: "a0", FinishReason: "stop"},
+		{Choice: 3, Text: "b1", FinishReason: "length"},
+		{Choice: 1, Text: "a1", FinishReason: "stop"},
+		{Choice: 2, Text: "b0", FinishReason: "stop"},
+		{Usage: &openai.Usage{PromptTokens: 4, CompletionTokens: 4, TotalTokens: 8}},
+	}}
+	_, hs := newTestServer(t, svc, nil)
+	client := newClient(hs.URL)
+	resp, err := client.Completions.New(context.Background(), oai.CompletionNewParams{
+		Model:  "qwen3-8b",
+		Prompt: oai.CompletionNewParamsPromptUnion{OfArrayOfStrings: []string{"a", "b"}},
+		N:      oai.Int(2),
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if len(resp.Choices) != 4 {
+		t.Fatalf("got %d choices, want 4: %s", len(resp.Choices), resp.RawJSON())
+	}
+	for i, want := range []string{"a0", "a1", "b0", "b1"} {
+		if c := resp.Choices[i]; c.Index != int64(i) || c.Text != want {
+			t.Errorf("choice %d: got index %d text %q, want %q", i, c.Index, c.Text, want)
+		}
+	}
+	if j := svc.lastJob(t); len(j.Completion.Prompt.Texts) != 2 {
+		t.Errorf("job prompts: got %v, want 2", j.Completion.Prompt.Texts)
+	}
+}

@@ -22,7 +22,7 @@ func (s *Server) completions(c *gin.Context) {
 	}
 	id := reqID(c)
 	j := &job.Job{ID: id, Kind: job.KindCompletion, Model: req.Model, APIKey: keyID(c), Completion: req}
-	g := &completionGen{id: "cmpl-" + id, model: req.Model, created: s.now().Unix(), choices: make([]completionChoice, req.Choices()),
+	g := &completionGen{id: "cmpl-" + id, model: req.Model, created: s.now().Unix(), choices: make([]completionChoice, req.Prompt.Len()*req.Choices()),
 		usageNull: req.Stream && req.IncludeUsage()}
 	s.serve(c, j, req.Stream, req.IncludeUsage(), g)
 }

@@ -112,6 +112,12 @@ func TestBadRequests(t *testing.T) {
 		{"completion logprobs", "/v1/completions", `{"model":"m","prompt":"x","logprobs":50}`, 400, "logprobs", "between 0 and 20"},
 		{"completion max_tokens", "/v1/completions", `{"model":"m","prompt":"x","max_tokens":0}`, 400, "max_tokens", "at least 1"},
 		{"completion unknown model", "/v1/completions", `{"model":"missing","prompt":"x"}`, 404, "model", "does not exist"},
+		{"completion empty prompt in a list", "/v1/completions", `{"model":"m","prompt":["a",""]}`, 400, "prompt", "prompt 1 must not be empty"},
+		{"completion empty token list in a list", "/v1/completions", `{"model":"m","prompt":[[1],[]]}`, 400, "prompt", "prompt 1 must not be an empty token list"},
+		{"completion too many choices", "/v1/completions", `{"model":"m","prompt":["a","b","c","d","e","f","g","h","i"],"n":16}`, 400, "prompt", "144 choices, more than the 128"},
+		{"completion best_of below n", "/v1/completions", `{"model":"m","prompt":"x","n":3,"best_of":2}`, 400, "best_of", "best_of 2 must be at least n 3"},
+		{"completion best_of streamed", "/v1/completions", `{"model":"m","prompt":"x","best_of":2,"stream":true}`, 400, "best_of", "cannot be streamed"},
+		{"completion best_of too many", "/v1/completions", `{"model":"m","prompt":["a","b"],"best_of":65}`, 400, "prompt", "130 choices, more than the 128"},
 	}
 	svc := &fakeService{events: []job.Event{{Text: "ok", FinishReason: "stop"}}}
 	_, hs := newTestServer(t, svc, nil)

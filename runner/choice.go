@@ -18,7 +18,8 @@ import (
 type choiceResult struct {
 	tokens          int // completion tokens (the EOS included, as vLLM counts)
 	reasoningTokens int
-	cached          int // prompt positions from the prefix cache
+	cached          int     // prompt positions from the prefix cache
+	logprob         float64 // with plan.score: the sum of the generated tokens' logprobs
 }
 
 // runChoice generates choice i of p as its own sequence.
@@ -33,8 +34,11 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 	}
 	defer func() { <-e.slots }()
 
+	pr := p.prompt(i)
 	params := p.params
-	params.Seed += uint64(i) // each choice its own draw stream
+	// Each choice of a prompt its own draw stream; choice j of every prompt
+	// draws as choice j of a request with that prompt alone would.
+	params.Seed += uint64(i % p.n)
 	sampler, err := sample.New(params)
 	if err != nil {
 		return res, openai.InvalidRequest("", "%v", err)
@@ -42,13 +46,13 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 	// Steps whose token is the plain argmax of the logits let the backend
 	// pick it (on a GPU only the id comes back): greedy, nothing that
 	// changes or reports the logits.
-	greedy := greedyParams(params) && !p.logprobs && p.segments == nil
+	greedy := greedyParams(params) && !p.logprobs && !p.score && p.segments == nil
 	cache, err := e.newCache()
 	if err != nil {
 		return res, err
 	}
 	defer cache.Free()
-	s := &seq{cache: cache, res: make(chan stepResult, 1), promptEnd: len(p.prompt)}
+	s := &seq{cache: cache, res: make(chan stepResult, 1), promptEnd: len(pr.ids)}
 	defer e.done(s) // runs before Free: the scheduler forgets s first
 
 	var resumed []int // decoded ids; subst[k]: resumed[k] replaced a sampled EOS
@@ -62,11 +66,18 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 			return res, err
 		}
 	}
+	// The echoed prompt is an event of its own, ahead of the generation, so
+	// that stop strings never match inside it; a resumed choice already sent it.
+	if pr.echo != "" && len(resumed) == 0 {
+		if err := emit(&job.Event{Choice: i, Text: pr.echo}, nil); err != nil {
+			return res, err
+		}
+	}
 
 	var logits []float32
-	input := p.prompt
+	input := pr.ids
 	if len(resumed) > 0 {
-		input = append(slices.Clip(p.prompt), resumed...)
+		input = append(slices.Clip(pr.ids), resumed...)
 	}
 	// The scheduler prefills the input in chunks (after the prefix cache).
 	sr := e.stepGreedy(ctx, s, input, true, greedy && len(resumed) >= p.minTokens)
@@ -104,7 +115,7 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 	}
 	for !ended {
 		raw := logits
-		if p.logprobs && (con != nil || len(gen) < p.minTokens) {
+		if (p.logprobs || p.score) && (con != nil || len(gen) < p.minTokens) {
 			raw = slices.Clone(logits) // logprobs are of the model, before masks
 		}
 		if len(gen) < p.minTokens {
@@ -121,7 +132,7 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 			id = con.prepare(logits)
 		}
 		if id < 0 {
-			id = sampler.Sample(logits, p.prompt, gen)
+			id = sampler.Sample(logits, pr.ids, gen)
 		}
 		rep := id // reported with the events: the id, or its substitution mark
 		if con != nil {
@@ -130,8 +141,12 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 			}
 		}
 		gen = append(gen, id)
-		if p.logprobs {
-			out.logprob(sample.Logprobs(raw, id, p.top))
+		if p.logprobs || p.score {
+			c := sample.Logprobs(raw, id, p.top)
+			if p.logprobs {
+				out.logprob(c)
+			}
+			res.logprob += float64(c.Logprob)
 		}
 		if (con != nil && con.done) || (!p.ignoreEOS && slices.Contains(e.eos, id)) {
 			out.ids = append(out.ids, rep) // rides on the last event

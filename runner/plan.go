@@ -3,6 +3,7 @@ package runner
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,18 +12,21 @@ import (
 	"github.com/macpool/macpool/engine/chat/reasoning"
 	"github.com/macpool/macpool/engine/chat/toolcall"
 	"github.com/macpool/macpool/engine/sample"
+	"github.com/macpool/macpool/engine/tokenizer"
 	"github.com/macpool/macpool/job"
 )
 
 // plan is a job turned into what every choice needs.
 type plan struct {
 	kind       string
-	prompt     []int
+	prompts    []prompted // chat: one; completions: one per prompt, choices k*n..k*n+n-1 are prompt k's
 	maxTokens  int
 	minTokens  int
 	ignoreEOS  bool
-	params     sample.Params // Seed is the request's base seed: choice i uses Seed+i
-	n          int
+	params     sample.Params // Seed is the request's base seed: choice j of each prompt uses Seed+j
+	n          int           // choices generated per prompt (best_of candidates when keep > 0)
+	keep       int           // best_of: the n of the candidates returned per prompt; 0: all
+	score      bool          // sum each choice's token logprobs (choiceResult.logprob), for best_of
 	logprobs   bool
 	top        int
 	stops      []string
@@ -61,7 +65,7 @@ func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
 		if oe != nil {
 			return nil, oe
 		}
-		p.prompt = e.tok.Encode(text)
+		p.prompts = []prompted{{ids: e.tok.Encode(text)}}
 		p.reasoning = e.thinking
 		p.promptOpen = e.thinking && reasoning.PromptOpensThink(text)
 		maxNew = r.MaxNewTokens()
@@ -85,32 +89,26 @@ func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
 			return nil, openai.InvalidRequest("prompt", "completion job without a completion request")
 		}
 		promptPm = "prompt"
-		switch {
-		case r.Prompt.Len() != 1:
-			return nil, openai.InvalidRequest("prompt", "exactly one prompt is supported, got %d", r.Prompt.Len())
-		case len(r.Prompt.Tokens) == 1:
-			p.prompt = append([]int(nil), r.Prompt.Tokens[0]...)
-			for _, id := range p.prompt {
-				if id < 0 || id >= e.model.VocabSize() {
-					return nil, openai.InvalidRequest("prompt", "token id %d is outside the vocabulary [0, %d)", id, e.model.VocabSize())
-				}
-			}
-		case e.noText:
-			return nil, openai.InvalidRequest("prompt", "model %s has no tokenizer: the prompt must be token ids", e.cfg.ModelName)
-		default:
-			p.prompt = e.tok.Encode(r.Prompt.Texts[0])
+		prompts, oe := e.completionPrompts(r)
+		if oe != nil {
+			return nil, oe
 		}
-		if r.Echo {
-			return nil, openai.InvalidRequest("echo", "echo is not supported")
-		}
-		if r.Suffix != "" {
-			return nil, openai.InvalidRequest("suffix", "suffix is not supported")
-		}
+		p.prompts = prompts
 		maxNew = r.MaxNewTokens()
 		if r.MaxTokens == nil {
 			maxNew = 16 // OpenAI's default for completions
 		}
 		p.n = r.Choices()
+		if r.BestOf != nil {
+			switch {
+			case *r.BestOf < p.n:
+				return nil, openai.InvalidRequest("best_of", "best_of %d must be at least n %d", *r.BestOf, p.n)
+			case *r.BestOf > p.n:
+				// Generate best_of candidates per prompt and keep the n with
+				// the highest mean token logprob.
+				p.keep, p.n, p.score = p.n, *r.BestOf, true
+			}
+		}
 		if r.Logprobs != nil {
 			p.logprobs, p.top = true, *r.Logprobs
 		}
@@ -123,19 +121,30 @@ func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
 	default:
 		return nil, openai.InvalidRequest("", "unknown job kind %q", j.Kind)
 	}
-	if len(p.prompt) == 0 {
-		return nil, openai.InvalidRequest(promptPm, "the prompt is empty after tokenization")
-	}
 	if p.n < 1 {
 		p.n = 1
 	}
-	room := e.maxCtx - len(p.prompt)
-	switch {
-	case room <= 0:
-		return nil, openai.InvalidRequest(promptPm, "this model's maximum context length is %d tokens, but the prompt has %d tokens", e.maxCtx, len(p.prompt))
-	case maxNew > room:
-		return nil, openai.InvalidRequest(promptPm, "this model's maximum context length is %d tokens; the prompt has %d tokens and %d completion tokens were requested (%d in total)", e.maxCtx, len(p.prompt), maxNew, len(p.prompt)+maxNew)
-	case maxNew <= 0:
+	if total := p.n * len(p.prompts); total > openai.MaxCompletionChoices {
+		return nil, openai.InvalidRequest(promptPm, "%d prompts with %d choices (or best_of candidates) each make %d choices, more than the %d a request may have", len(p.prompts), p.n, total, openai.MaxCompletionChoices)
+	}
+	// One max_tokens for all prompts: it must fit beside the longest.
+	room := e.maxCtx
+	for k, pr := range p.prompts {
+		at := ""
+		if len(p.prompts) > 1 {
+			at = fmt.Sprintf("prompt %d: ", k)
+		}
+		switch {
+		case len(pr.ids) == 0:
+			return nil, openai.InvalidRequest(promptPm, "%sthe prompt is empty after tokenization", at)
+		case len(pr.ids) >= e.maxCtx:
+			return nil, openai.InvalidRequest(promptPm, "%sthis model's maximum context length is %d tokens, but the prompt has %d tokens", at, e.maxCtx, len(pr.ids))
+		case maxNew > e.maxCtx-len(pr.ids):
+			return nil, openai.InvalidRequest(promptPm, "%sthis model's maximum context length is %d tokens; the prompt has %d tokens and %d completion tokens were requested (%d in total)", at, e.maxCtx, len(pr.ids), maxNew, len(pr.ids)+maxNew)
+		}
+		room = min(room, e.maxCtx-len(pr.ids))
+	}
+	if maxNew <= 0 {
 		maxNew = room
 	}
 	p.maxTokens = maxNew
@@ -145,6 +154,88 @@ func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
 	}
 	p.params = params
 	return p, nil
+}
+
+// prompted is one prompt of a plan.
+type prompted struct {
+	ids  []int
+	echo string // completions echo: the prompt text, sent before each of its choices' output
+}
+
+// choices is the number of choices the plan generates.
+func (p *plan) choices() int { return p.n * len(p.prompts) }
+
+// prompt is the prompt of choice i.
+func (p *plan) prompt(i int) *prompted { return &p.prompts[i/p.n] }
+
+// completionPrompts tokenizes the prompts of a completions request, with
+// the suffix (fill-in-the-middle) and echo text of each.
+func (e *Runner) completionPrompts(r *openai.CompletionRequest) ([]prompted, *openai.Error) {
+	n := r.Prompt.Len()
+	if n == 0 {
+		return nil, openai.InvalidRequest("prompt", "prompt is required")
+	}
+	if len(r.Prompt.Texts) > 0 && e.noText {
+		return nil, openai.InvalidRequest("prompt", "model %s has no tokenizer: the prompt must be token ids", e.cfg.ModelName)
+	}
+	// OpenAI's echo with logprobs also scores the prompt tokens; the
+	// prefill keeps only the last position's logits, so that is refused
+	// rather than answered without them.
+	if r.Echo && r.Logprobs != nil {
+		return nil, openai.InvalidRequest("echo", "echo together with logprobs is not supported (prompt token logprobs are not computed)")
+	}
+	var fim fimIDs
+	if r.Suffix != "" {
+		var ok bool
+		if fim, ok = fimTokens(e.tok); !ok || e.noText {
+			return nil, openai.InvalidRequest("suffix", "model %s has no fill-in-the-middle tokens (%s, %s, %s) in its vocabulary, so suffix is not supported", e.cfg.ModelName, fimPrefix, fimSuffix, fimMiddle)
+		}
+	}
+	out := make([]prompted, n)
+	for k := range out {
+		pr := &out[k]
+		if len(r.Prompt.Tokens) > 0 {
+			pr.ids = append([]int(nil), r.Prompt.Tokens[k]...)
+			for _, id := range pr.ids {
+				if id < 0 || id >= e.model.VocabSize() {
+					return nil, openai.InvalidRequest("prompt", "token id %d is outside the vocabulary [0, %d)", id, e.model.VocabSize())
+				}
+			}
+			if r.Echo {
+				pr.echo = e.tok.Decode(pr.ids)
+			}
+		} else {
+			pr.ids = e.tok.Encode(r.Prompt.Texts[k])
+			if r.Echo {
+				pr.echo = r.Prompt.Texts[k]
+			}
+		}
+		if r.Suffix != "" {
+			// Qwen coder's prefix-suffix-middle layout: the model writes the
+			// middle after <|fim_middle|>, and its text is the completion.
+			pr.ids = slices.Concat([]int{fim.prefix}, pr.ids, []int{fim.suffix}, e.tok.Encode(r.Suffix), []int{fim.middle})
+		}
+	}
+	return out, nil
+}
+
+// The fill-in-the-middle markers of Qwen2.5-Coder and Qwen3-Coder.
+const (
+	fimPrefix = "<|fim_prefix|>"
+	fimSuffix = "<|fim_suffix|>"
+	fimMiddle = "<|fim_middle|>"
+)
+
+type fimIDs struct{ prefix, suffix, middle int }
+
+// fimTokens looks up the fill-in-the-middle markers; ok is false unless the
+// vocabulary has all three (a suffix cannot be placed without them).
+func fimTokens(tok *tokenizer.Tokenizer) (ids fimIDs, ok bool) {
+	var okP, okS, okM bool
+	ids.prefix, okP = tok.TokenID(fimPrefix)
+	ids.suffix, okS = tok.TokenID(fimSuffix)
+	ids.middle, okM = tok.TokenID(fimMiddle)
+	return ids, okP && okS && okM
 }
 
 type sampleReq struct {

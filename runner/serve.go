@@ -25,6 +25,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -450,18 +451,24 @@ func (e *Runner) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, 
 	}
 	e.recordKeys(j)
 	if r != nil {
-		if len(r.Tokens) > p.n {
-			return openai.InvalidRequest("n", "resume has %d choices, the request %d", len(r.Tokens), p.n)
+		if len(r.Tokens) > p.choices() {
+			return openai.InvalidRequest("n", "resume has %d choices, the request %d", len(r.Tokens), p.choices())
+		}
+		if p.keep > 0 && slices.ContainsFunc(r.Tokens, func(t []int) bool { return len(t) > 0 }) {
+			// The tokens are of returned choices, and which candidate each
+			// was is not carried over; nothing is sent before the selection
+			// is complete, so this is a failover during that last instant.
+			return openai.Unavailable("a best_of selection already partly sent cannot be resumed")
 		}
 		p.resume = r.Tokens
-		for _, toks := range r.Tokens {
+		for i, toks := range r.Tokens {
 			ids, _ := decodeResumed(toks)
 			for _, id := range ids {
 				if id >= e.model.VocabSize() {
 					return openai.InvalidRequest("", "resume token id %d outside the vocabulary", id)
 				}
 			}
-			if len(p.prompt)+len(toks) >= e.maxCtx {
+			if len(p.prompt(i).ids)+len(toks) >= e.maxCtx {
 				return openai.InvalidRequest("", "resume: prompt and generated tokens fill the context")
 			}
 		}
@@ -477,14 +484,20 @@ func (e *Runner) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	results := make([]choiceResult, p.n)
-	errs := make([]error, p.n)
+	results := make([]choiceResult, p.choices())
+	errs := make([]error, p.choices())
 	var wg sync.WaitGroup
-	for i := 0; i < p.n; i++ {
+	emitChoice := safeEmit
+	var held *bestOf
+	if p.keep > 0 {
+		held = newBestOf(p)
+		emitChoice = held.hold
+	}
+	for i := range p.choices() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = e.runChoice(ctx, p, i, safeEmit)
+			results[i], errs[i] = e.runChoice(ctx, p, i, emitChoice)
 			if errs[i] != nil {
 				cancel()
 			}
@@ -501,9 +514,20 @@ func (e *Runner) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, 
 	if first != nil {
 		return first
 	}
-	u := &openai.Usage{PromptTokens: len(p.prompt), PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: min(results[0].cached, len(p.prompt))}}
+	if held != nil {
+		if err := held.release(results, safeEmit); err != nil {
+			return err
+		}
+	}
+	// Each prompt counts once, however many choices it has; its cached
+	// positions are those its first choice found.
+	u := &openai.Usage{PromptTokensDetails: &openai.PromptTokensDetails{}}
+	for k, pr := range p.prompts {
+		u.PromptTokens += len(pr.ids)
+		u.PromptTokensDetails.CachedTokens += min(results[k*p.n].cached, len(pr.ids))
+	}
 	reasoning := 0
-	for _, r := range results {
+	for _, r := range results { // every best_of candidate, as OpenAI bills them
 		u.CompletionTokens += r.tokens
 		reasoning += r.reasoningTokens
 	}

@@ -148,9 +148,12 @@ func TestParseCompletionForms(t *testing.T) {
 			t.Errorf("%s: %v", body, err)
 		}
 	}
-	_, err := ParseCompletionRequest([]byte(`{"model":"m","prompt":["a","b"]}`))
-	if err == nil || err.Param != "prompt" {
-		t.Errorf("two prompts: %v, want an error naming prompt", err)
+	// Lists of prompts are several prompts (one choice set each).
+	for body, want := range map[string]int{`{"model":"m","prompt":["a","b"]}`: 2, `{"model":"m","prompt":[[1],[2,3],[4]]}`: 3} {
+		r, err := ParseCompletionRequest([]byte(body))
+		if err != nil || r.Prompt.Len() != want {
+			t.Errorf("%s: got %v, %v; want %d prompts", body, r, err, want)
+		}
 	}
 }
 

@@ -10,9 +10,12 @@ import (
 
 // Limits of the sampling parameters.
 const (
-	MaxN           = 16 // choices per request: each costs a full generation on a Mac
-	MaxStop        = 4  // stop sequences, as OpenAI
-	MaxTopLogprobs = 20 // alternatives per position, as OpenAI
+	MaxN = 16 // choices per request: each costs a full generation on a Mac
+	// MaxCompletionChoices bounds a completions request's choices over all
+	// its prompts (prompts × n, or × best_of).
+	MaxCompletionChoices = 128
+	MaxStop              = 4  // stop sequences, as OpenAI
+	MaxTopLogprobs       = 20 // alternatives per position, as OpenAI
 )
 
 // ParseChatCompletionRequest decodes and validates a chat request body. The
@@ -254,22 +257,21 @@ func (r *CompletionRequest) Validate() *Error {
 	if r.Model == "" {
 		return InvalidRequest("model", "model is required")
 	}
-	switch n := r.Prompt.Len(); {
-	case n == 0:
+	if r.Prompt.Len() == 0 {
 		return InvalidRequest("prompt", "prompt is required")
-	case n > 1:
-		return InvalidRequest("prompt", "only one prompt per request is supported, got %d", n)
 	}
-	if len(r.Prompt.Texts) == 1 && r.Prompt.Texts[0] == "" {
-		return InvalidRequest("prompt", "prompt must not be empty")
-	}
-	if len(r.Prompt.Tokens) == 1 {
-		if len(r.Prompt.Tokens[0]) == 0 {
-			return InvalidRequest("prompt", "prompt must not be an empty token list")
+	for k, s := range r.Prompt.Texts {
+		if s == "" {
+			return InvalidRequest("prompt", "prompt %d must not be empty", k)
 		}
-		for _, id := range r.Prompt.Tokens[0] {
+	}
+	for k, ids := range r.Prompt.Tokens {
+		if len(ids) == 0 {
+			return InvalidRequest("prompt", "prompt %d must not be an empty token list", k)
+		}
+		for _, id := range ids {
 			if id < 0 {
-				return InvalidRequest("prompt", "token id %d is negative", id)
+				return InvalidRequest("prompt", "prompt %d: token id %d is negative", k, id)
 			}
 		}
 	}
@@ -279,8 +281,21 @@ func (r *CompletionRequest) Validate() *Error {
 	if err := validateN(r.N); err != nil {
 		return err
 	}
-	if r.BestOf != nil && *r.BestOf != r.Choices() {
-		return InvalidRequest("best_of", "best_of other than n is not supported")
+	per := r.Choices() // generations per prompt
+	if r.BestOf != nil {
+		switch b := *r.BestOf; {
+		case b < r.Choices():
+			return InvalidRequest("best_of", "best_of %d must be at least n %d", b, r.Choices())
+		case b > r.Choices() && r.Stream:
+			// The n best are known only when every candidate has finished.
+			return InvalidRequest("best_of", "best_of greater than n cannot be streamed")
+		}
+		per = *r.BestOf
+	}
+	// Every prompt gets its own n choices (or best_of candidates), each a
+	// full generation.
+	if total := r.Prompt.Len() * per; total > MaxCompletionChoices {
+		return InvalidRequest("prompt", "%d prompts with %d generations each (n or best_of) make %d choices, more than the %d a request may have", r.Prompt.Len(), per, total, MaxCompletionChoices)
 	}
 	if err := validateSampling(sampling{r.Temperature, r.TopP, r.PresencePenalty, r.FrequencyPenalty, r.TopK, r.MinP, r.RepetitionPenalty, r.MinTokens, r.MaxNewTokens(), r.Stop, r.LogitBias}); err != nil {
 		return err
