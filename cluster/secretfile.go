@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // SecretFileNone as the secret path runs without a secret even if the
@@ -119,4 +120,44 @@ func ShowSecret(w io.Writer, intro, line, path string) (string, error) {
 		return "", fmt.Errorf("write %s: %w", path, err)
 	}
 	return path, nil
+}
+
+// InitSecret writes a new cluster secret to path (ErrSecretExists, kept,
+// unless force: a rotation) and tells the operator on w how to copy it to
+// the other Macs and how the nodes find it.
+func InitSecret(path string, force bool, getenv func(string) string, w io.Writer) error {
+	s, err := NewSecret()
+	if err != nil {
+		return err
+	}
+	if err := WriteSecret(path, s, force); err != nil {
+		if errors.Is(err, ErrSecretExists) {
+			return fmt.Errorf("%w: keeping it (-force replaces it; every machine then needs the new file)", err)
+		}
+		return err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	fmt.Fprintf(w, "wrote cluster secret %s (id %s, mode 0600)\n\n", abs, s.ID())
+	// Where to put it on the other Macs: the same place relative to the
+	// home folder (user names differ between Macs), else the same path.
+	remote, remoteDir, shown := abs, filepath.Dir(abs), abs
+	if home, err := os.UserHomeDir(); err == nil {
+		if rel, err := filepath.Rel(home, abs); err == nil && !strings.HasPrefix(rel, "..") {
+			remote, remoteDir, shown = rel, "~/"+filepath.Dir(rel), "~/"+rel
+		}
+	}
+	fmt.Fprintf(w, "Anyone who has this file can join the cluster and read its traffic. Copy it\n"+
+		"only to your own Macs, over ssh, e.g.:\n\n"+
+		"  ssh OTHER-MAC 'mkdir -p -m 700 %s'\n"+
+		"  scp -p %s OTHER-MAC:%s\n\n", remoteDir, abs, remote)
+	if def, err := DefaultSecretPath(getenv); err == nil && def == path && getenv("MACPOOL_HOME") == "" {
+		fmt.Fprintf(w, "macpool up, coordinator and worker load it from there by default.\n")
+	} else {
+		fmt.Fprintf(w, "Start macpool up, coordinator and worker with -secret-file %s\n(or MACPOOL_SECRET_FILE=%s).\n", shown, shown)
+	}
+	fmt.Fprintf(w, "Every node logs \"cluster secret ... id=%s\": nodes with other ids cannot join.\n", s.ID())
+	return nil
 }

@@ -293,3 +293,17 @@ func (c *Coordinator) FirstAdminKey(ctx context.Context) (k CreatedKey, ok bool,
 	}
 	return k, err == nil, err
 }
+
+// StoreAPIKeys stores operator-given keys (coordinator --api-key) through
+// Raft, each retried for up to 30 s while no leader is elected.
+func (c *Coordinator) StoreAPIKeys(ctx context.Context, keys []KeyRequest) error {
+	for _, k := range keys {
+		kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := c.CreateAPIKey(kctx, k)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("store api key %s: %w", k.ID, err)
+		}
+	}
+	return nil
+}

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/macpool/macpool/api"
-	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
@@ -131,16 +130,16 @@ type coordinatorFlags struct {
 }
 
 // keyFlags collects repeated -api-key ID:SECRET flags.
-type keyFlags []string
+type keyFlags []coordinator.KeyRequest
 
-func (k *keyFlags) String() string { return strings.Join(*k, ",") }
+func (k *keyFlags) String() string { return fmt.Sprint(len(*k), " keys") }
 
 func (k *keyFlags) Set(v string) error {
 	id, secret, ok := strings.Cut(v, ":")
 	if !ok || id == "" || secret == "" {
 		return fmt.Errorf("want ID:SECRET, got %q", v)
 	}
-	*k = append(*k, v)
+	*k = append(*k, coordinator.KeyRequest{ID: id, Name: id, Secret: secret})
 	return nil
 }
 
@@ -271,20 +270,7 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 	g.Go(func() error { return c.Run(ctx) })
 	f.discovery.advertise(ctx, g, cfg.Name, c.GossipAddr(), httpAddr, logger) // mDNS _macpool._tcp
 	if len(f.apiKeys) > 0 {
-		g.Go(func() error {
-			// Written through Raft (forwarded to the leader, retried while
-			// none is elected).
-			for _, kv := range f.apiKeys {
-				id, secret, _ := strings.Cut(kv, ":")
-				kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				_, err := c.CreateAPIKey(kctx, admin.KeyRequest{ID: id, Name: id, Secret: secret})
-				cancel()
-				if err != nil && ctx.Err() == nil {
-					return fmt.Errorf("store api key %s: %w", id, err)
-				}
-			}
-			return nil
-		})
+		g.Go(func() error { return c.StoreAPIKeys(ctx, f.apiKeys) })
 	}
 	if cfg.RequireKeys && len(f.apiKeys) == 0 {
 		g.Go(func() error { firstAdminKey(ctx, c, httpAddr, f.dataDir, stdout, logger); return nil })

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/macpool/macpool/cluster"
@@ -39,40 +37,7 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
-	s, err := cluster.NewSecret()
-	if err != nil {
-		return err
-	}
-	if err := cluster.WriteSecret(path, s, *force); err != nil {
-		if errors.Is(err, cluster.ErrSecretExists) {
-			return fmt.Errorf("%w: keeping it (-force replaces it; every machine then needs the new file)", err)
-		}
-		return err
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		abs = path
-	}
-	fmt.Fprintf(stdout, "wrote cluster secret %s (id %s, mode 0600)\n\n", abs, s.ID())
-	// Where to put it on the other Macs: the same place relative to the
-	// home folder (user names differ between Macs), else the same path.
-	remote, remoteDir, shown := abs, filepath.Dir(abs), abs
-	if home, err := os.UserHomeDir(); err == nil {
-		if rel, err := filepath.Rel(home, abs); err == nil && !strings.HasPrefix(rel, "..") {
-			remote, remoteDir, shown = rel, "~/"+filepath.Dir(rel), "~/"+rel
-		}
-	}
-	fmt.Fprintf(stdout, "Anyone who has this file can join the cluster and read its traffic. Copy it\n"+
-		"only to your own Macs, over ssh, e.g.:\n\n"+
-		"  ssh OTHER-MAC 'mkdir -p -m 700 %s'\n"+
-		"  scp -p %s OTHER-MAC:%s\n\n", remoteDir, abs, remote)
-	if def, err := cluster.DefaultSecretPath(os.Getenv); err == nil && def == path && os.Getenv("MACPOOL_HOME") == "" {
-		fmt.Fprintf(stdout, "macpool up, coordinator and worker load it from there by default.\n")
-	} else {
-		fmt.Fprintf(stdout, "Start macpool up, coordinator and worker with -secret-file %s\n(or MACPOOL_SECRET_FILE=%s).\n", shown, shown)
-	}
-	fmt.Fprintf(stdout, "Every node logs \"cluster secret ... id=%s\": nodes with other ids cannot join.\n", s.ID())
-	return nil
+	return cluster.InitSecret(path, *force, os.Getenv, stdout)
 }
 
 // clusterSecret loads the cluster secret once (cached in f, so up's

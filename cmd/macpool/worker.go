@@ -32,7 +32,7 @@ type workerFlags struct {
 	sleep      sleepFlags    // -sleep-drain, -sleep-drain-timeout (worker_sleep.go)
 	kv         kvFlags       // --kv-bytes, --no-prefix-cache (workerkv.go)
 
-	placed placedFlags // distrib: -model-store, -models-dir (models_worker.go)
+	placed placedFlags // -model-store, -models-dir (models_worker.go)
 }
 
 func (f *workerFlags) register(fs *flag.FlagSet) {
@@ -43,7 +43,7 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.threads, "threads", 0, "engine threads (default: all cores)")
 	fs.DurationVar(&f.tokenDelay, "test-token-delay", 0, "delay per token of -backend test")
 	f.kv.register(fs)
-	f.placed.register(fs) // distrib
+	f.placed.register(fs)
 	f.sleep.register(fs)  // worker_sleep.go
 	fs.DurationVar(&f.drain, "drain-timeout", 60*time.Second, "on SIGTERM/SIGINT or macpool drain: how long running jobs may finish before they are handed to other workers (a second signal hands them off at once)")
 }
@@ -130,7 +130,7 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 	if secret == nil && !cf.optedOut() {
 		return errNoSecret // secure.go: never plaintext unless -insecure
 	}
-	eng, model, closeEngine, err := f.placed.engine(f, logger) // distrib: f.engine, or none without -model
+	eng, model, closeEngine, err := f.placed.engine(f, logger) // f.engine, or none without -model
 	if err != nil {
 		return err
 	}
@@ -151,7 +151,7 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 	cfg.DrainTimeout = f.drain
 	cfg.Logger = logger
 	cfg.Secret = secret
-	if err := f.placed.apply(&cfg, cf, f, model, logger, os.Stderr); err != nil { // distrib: placed models
+	if err := f.placed.apply(&cfg, cf, f, model, logger, os.Stderr); err != nil { // placed models
 		closeEngine()
 		return err
 	}
