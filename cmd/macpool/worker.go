@@ -44,7 +44,7 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.tokenDelay, "test-token-delay", 0, "delay per token of -backend test")
 	f.kv.register(fs)
 	f.placed.register(fs)
-	f.sleep.register(fs)  // worker_sleep.go
+	f.sleep.register(fs) // worker_sleep.go
 	fs.DurationVar(&f.drain, "drain-timeout", 60*time.Second, "on SIGTERM/SIGINT or macpool drain: how long running jobs may finish before they are handed to other workers (a second signal hands them off at once)")
 }
 
