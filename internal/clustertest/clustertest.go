@@ -182,9 +182,11 @@ func Submit(ctx context.Context, svc Submitter, j *job.Job) (Result, error) {
 	return Collect(ctx, s)
 }
 
-// WaitWorkers waits until c sees n workers serving Model and pulling jobs.
+// WaitWorkers waits until c's state is the cluster's (it answers
+// requests) and it sees n workers serving Model and pulling jobs.
 func WaitWorkers(t testing.TB, c *coordinator.Coordinator, n int) {
 	t.Helper()
+	Eventually(t, 30*time.Second, "the cluster state loaded", c.StateLoaded)
 	Eventually(t, 30*time.Second, fmt.Sprintf("%d workers", n), func() bool {
 		k := 0
 		for _, m := range c.Membership().Members() {
