@@ -2,17 +2,20 @@ package cpu
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/cpu/kernels"
 )
 
-// kvCache is one layer's K and V for one sequence, float32, stored
-// dimension-major: value x of head h at position p is k[(h*headDim+x)*cap+p].
-// Attention then works on long vectors over positions (an axpy per
-// dimension for the scores, a dot per dimension for the output) instead of
-// one short call per position. It grows by doubling (re-laying out rows);
-// a paged backend would keep a block table instead.
+// kvCache is one layer's K and V for one sequence, float32. K is
+// dimension-major: value x of head h at position p is k[(h*headDim+x)*cap+p],
+// so the scores are long axpys over positions. V is position-major per
+// head: v[(h*cap+p)*headDim+x], so a decode step's output reads each head's
+// values as one contiguous run (a dimension-major V is 128 short runs a page
+// apart, a TLB miss and a prefetcher restart each) and StoreKV writes V
+// contiguously. It grows by doubling (re-laying out rows); stores of 4 MiB
+// or more go on transparent huge pages (adviseHuge).
 type kvCache struct {
 	heads, headDim, dim int
 	cap                 int // positions allocated per row
@@ -40,21 +43,20 @@ func (c *kvCache) Truncate(n int) error {
 
 func (c *kvCache) Free() { c.k, c.v, c.n, c.cap = nil, nil, 0, 0 }
 
-// row returns dimension r (head*headDim + x) of K and V over positions [0, n).
-func (c *kvCache) row(r, n int) (k, v []float32) {
-	o := r * c.cap
-	return c.k[o : o+n : o+n], c.v[o : o+n : o+n]
-}
-
 func (c *kvCache) reserve(n int) {
 	if n <= c.cap {
 		return
 	}
 	nc := max(n, 2*c.cap, 64)
 	k, v := make([]float32, c.dim*nc), make([]float32, c.dim*nc)
+	adviseHuge(unsafe.Pointer(&k[0]), 4*len(k))
+	adviseHuge(unsafe.Pointer(&v[0]), 4*len(v))
 	for r := 0; r < c.dim; r++ {
 		copy(k[r*nc:r*nc+c.n], c.k[r*c.cap:r*c.cap+c.n])
-		copy(v[r*nc:r*nc+c.n], c.v[r*c.cap:r*c.cap+c.n])
+	}
+	hd := c.headDim
+	for h := 0; h < c.heads; h++ {
+		copy(v[h*nc*hd:(h*nc+c.n)*hd], c.v[h*c.cap*hd:(h*c.cap+c.n)*hd])
 	}
 	c.k, c.v, c.cap = k, v, nc
 }
@@ -74,22 +76,28 @@ func (b *Backend) StoreKV(k, v engine.Tensor, seqs []engine.AttnSeq) {
 				s.Row, s.N, kt.rows, kt.cols, s.Pos, c.heads, c.headDim, c.n))
 		}
 		c.reserve(s.Pos + s.N)
-		// Transpose in blocks of 16 positions: each cache row gets one
-		// cache line of writes while the 16 source rows stay in cache.
-		// Cache rows are split between the threads: a decode step's 2·dim
-		// writes each miss the cache (and mostly the TLB), ~10% of a
-		// single-stream token when done on one thread.
+		// K: transpose in blocks of 16 positions, so each cache row gets
+		// one cache line of writes while the 16 source rows stay in cache.
+		// Cache rows are split between the threads: a decode step's dim
+		// K writes each miss the cache (and mostly the TLB). V rows are
+		// copied whole (position-major per head).
+		hd := c.headDim
 		b.parallel(c.dim, 64, func(lo, hi, _ int) {
 			for i0 := 0; i0 < s.N; i0 += 16 {
 				i1 := min(s.N, i0+16)
 				for r := lo; r < hi; r++ {
 					dk := c.k[r*c.cap+s.Pos+i0 : r*c.cap+s.Pos+i1]
-					dv := c.v[r*c.cap+s.Pos+i0 : r*c.cap+s.Pos+i1]
 					for i := range dk {
-						o := (s.Row+i0+i)*c.dim + r
-						dk[i] = kt.data[o]
-						dv[i] = vt.data[o]
+						dk[i] = kt.data[(s.Row+i0+i)*c.dim+r]
 					}
+				}
+			}
+			for i := 0; i < s.N; i++ {
+				for r := lo; r < hi; {
+					h, x := r/hd, r%hd
+					e := min(hi-r, hd-x)
+					copy(c.v[(h*c.cap+s.Pos+i)*hd+x:][:e], vt.data[(s.Row+i)*c.dim+r:][:e])
+					r += e
 				}
 			}
 		})
@@ -142,7 +150,7 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 			c := s.KV.(*kvCache)
 			h0, row := t.kvHead*group, s.Row+t.r0
 			kernels.AttentionRows(d.data[row*d.cols+h0*hd:], d.cols, qt.data[row*qt.cols+h0*hd:], qt.cols,
-				t.r1-t.r0, group, hd, c.k[t.kvHead*hd*c.cap:], c.v[t.kvHead*hd*c.cap:], c.cap, s.Pos+t.r0, p.Scale, buf)
+				t.r1-t.r0, group, hd, c.k[t.kvHead*hd*c.cap:], c.cap, c.v[t.kvHead*c.cap*hd:], s.Pos+t.r0, p.Scale, buf)
 		}
 	})
 }
