@@ -6,6 +6,7 @@ import (
 
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/cpu/kernels"
+	"github.com/macpool/macpool/engine/tensor"
 )
 
 // kvCache is one layer's K and V for one sequence, float32. K is
@@ -15,20 +16,24 @@ import (
 // values as one contiguous run (a dimension-major V is 128 short runs a page
 // apart, a TLB miss and a prefetcher restart each) and StoreKV writes V
 // contiguously. It grows by doubling (re-laying out rows); stores of 4 MiB
-// or more go on transparent huge pages (adviseHuge).
+// or more go on transparent huge pages (adviseHuge). With Config.KVF16 the
+// same layout holds IEEE halves in k16/v16 instead (k and v nil): half the
+// bytes a decode step reads, the way llama.cpp keeps its cache by default.
 type kvCache struct {
 	heads, headDim, dim int
 	cap                 int // positions allocated per row
 	k, v                []float32
+	k16, v16            []uint16
+	f16                 bool
 	n                   int
 }
 
-// NewKV allocates an empty cache.
+// NewKV allocates an empty cache (float32, or f16 with Config.KVF16).
 func (b *Backend) NewKV(kvHeads, headDim int) (engine.KV, error) {
 	if kvHeads <= 0 || headDim <= 0 {
 		return nil, fmt.Errorf("cpu: kv cache with %d heads of %d", kvHeads, headDim)
 	}
-	return &kvCache{heads: kvHeads, headDim: headDim, dim: kvHeads * headDim}, nil
+	return &kvCache{heads: kvHeads, headDim: headDim, dim: kvHeads * headDim, f16: b.kvF16}, nil
 }
 
 func (c *kvCache) Len() int { return c.n }
@@ -41,24 +46,34 @@ func (c *kvCache) Truncate(n int) error {
 	return nil
 }
 
-func (c *kvCache) Free() { c.k, c.v, c.n, c.cap = nil, nil, 0, 0 }
+func (c *kvCache) Free() { c.k, c.v, c.k16, c.v16, c.n, c.cap = nil, nil, nil, nil, 0, 0 }
 
 func (c *kvCache) reserve(n int) {
 	if n <= c.cap {
 		return
 	}
 	nc := max(n, 2*c.cap, 64)
-	k, v := make([]float32, c.dim*nc), make([]float32, c.dim*nc)
-	adviseHuge(unsafe.Pointer(&k[0]), 4*len(k))
-	adviseHuge(unsafe.Pointer(&v[0]), 4*len(v))
-	for r := 0; r < c.dim; r++ {
-		copy(k[r*nc:r*nc+c.n], c.k[r*c.cap:r*c.cap+c.n])
+	if c.f16 {
+		c.k16, c.v16 = regrow(c.k16, c.v16, c.dim, c.heads, c.headDim, c.cap, nc, c.n, 2)
+	} else {
+		c.k, c.v = regrow(c.k, c.v, c.dim, c.heads, c.headDim, c.cap, nc, c.n, 4)
 	}
-	hd := c.headDim
-	for h := 0; h < c.heads; h++ {
-		copy(v[h*nc*hd:(h*nc+c.n)*hd], c.v[h*c.cap*hd:(h*c.cap+c.n)*hd])
+	c.cap = nc
+}
+
+// regrow copies the first n positions of a cache laid out for capacity oc
+// into new stores for capacity nc (size: bytes per value).
+func regrow[T float32 | uint16](ok, ov []T, dim, heads, hd, oc, nc, n, size int) (k, v []T) {
+	k, v = make([]T, dim*nc), make([]T, dim*nc)
+	adviseHuge(unsafe.Pointer(&k[0]), size*len(k))
+	adviseHuge(unsafe.Pointer(&v[0]), size*len(v))
+	for r := 0; r < dim; r++ {
+		copy(k[r*nc:r*nc+n], ok[r*oc:r*oc+n])
 	}
-	c.k, c.v, c.cap = k, v, nc
+	for h := 0; h < heads; h++ {
+		copy(v[h*nc*hd:(h*nc+n)*hd], ov[h*oc*hd:(h*oc+n)*hd])
+	}
+	return k, v
 }
 
 // StoreKV writes the new K and V rows of every sequence into its cache.
@@ -82,6 +97,11 @@ func (b *Backend) StoreKV(k, v engine.Tensor, seqs []engine.AttnSeq) {
 		// K writes each miss the cache (and mostly the TLB). V rows are
 		// copied whole (position-major per head).
 		hd := c.headDim
+		if c.f16 {
+			b.parallel(c.dim, 64, func(lo, hi, _ int) { storeKVF16(c, kt, vt, s, lo, hi) })
+			c.n = s.Pos + s.N
+			continue
+		}
 		b.parallel(c.dim, 64, func(lo, hi, _ int) {
 			for i0 := 0; i0 < s.N; i0 += 16 {
 				i1 := min(s.N, i0+16)
@@ -102,6 +122,36 @@ func (b *Backend) StoreKV(k, v engine.Tensor, seqs []engine.AttnSeq) {
 			}
 		})
 		c.n = s.Pos + s.N
+	}
+}
+
+// storeKVF16 is StoreKV's work on cache rows [lo, hi) of an f16 cache,
+// rounding as kernels.F32ToF16 (to nearest even, tensor.F32ToF16).
+func storeKVF16(c *kvCache, kt, vt *Tensor, s engine.AttnSeq, lo, hi int) {
+	hd := c.headDim
+	if s.N == 1 { // a decode step: one scattered half per cache row, stored in place
+		for r := lo; r < hi; r++ {
+			c.k16[r*c.cap+s.Pos] = tensor.F32ToF16(kt.data[s.Row*c.dim+r])
+		}
+	}
+	var buf [16]uint16
+	for i0 := 0; i0 < s.N && s.N > 1; i0 += 16 {
+		i1 := min(s.N, i0+16)
+		for r := lo; r < hi; r++ {
+			h := buf[:i1-i0]
+			for i := range h {
+				h[i] = tensor.F32ToF16(kt.data[(s.Row+i0+i)*c.dim+r])
+			}
+			copy(c.k16[r*c.cap+s.Pos+i0:], h)
+		}
+	}
+	for i := 0; i < s.N; i++ {
+		for r := lo; r < hi; {
+			h, x := r/hd, r%hd
+			e := min(hi-r, hd-x)
+			kernels.F32ToF16(c.v16[(h*c.cap+s.Pos+i)*hd+x:][:e], vt.data[(s.Row+i)*c.dim+r:][:e])
+			r += e
+		}
 	}
 }
 
@@ -128,9 +178,10 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 	// once per group and reused from L1 for the other heads.
 	type task struct{ seq, kvHead, r0, r1 int }
 	var tasks []task
-	maxLen := 0
+	maxLen, f16 := 0, false
 	for si, s := range seqs {
 		c := s.KV.(*kvCache)
+		f16 = f16 || c.f16
 		if c.heads != p.KVHeads || c.headDim != hd || c.n < s.Pos+s.N || s.Row+s.N > qt.rows {
 			panic(fmt.Sprintf("cpu: attention rows [%d,+%d) at position %d over cache %d×%d holding %d", s.Row, s.N, s.Pos, c.heads, c.headDim, c.n))
 		}
@@ -144,13 +195,43 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 	b.parallel(len(tasks), 1, func(lo, hi, w int) {
 		// Each task is two GEMMs over the dimension-major cache
 		// (kernels.AttentionRows, owner: kernels).
-		buf := b.scratchBuf(w, kernels.AttentionScratch(attnRows, group, hd, maxLen))
+		n := kernels.AttentionScratch(attnRows, group, hd, maxLen)
+		if f16 {
+			n += 2 * hd * maxLen // the task's K and V widened to float32 for the GEMMs
+		}
+		buf := b.scratchBuf(w, n)
 		for _, t := range tasks[lo:hi] {
 			s := seqs[t.seq]
 			c := s.KV.(*kvCache)
 			h0, row := t.kvHead*group, s.Row+t.r0
+			if c.f16 {
+				attentionF16(c, d, qt, t.kvHead, group, hd, row, s.Pos+t.r0, t.r1-t.r0, p.Scale, buf)
+				continue
+			}
 			kernels.AttentionRows(d.data[row*d.cols+h0*hd:], d.cols, qt.data[row*qt.cols+h0*hd:], qt.cols,
 				t.r1-t.r0, group, hd, c.k[t.kvHead*hd*c.cap:], c.cap, c.v[t.kvHead*c.cap*hd:], s.Pos+t.r0, p.Scale, buf)
 		}
 	})
+}
+
+// attentionF16 is one attention task over an f16 cache: a decode row reads
+// the halves in place (kernels.AttentionRowF16); prompt rows widen the
+// head's K and V up to their last position into scratch and run the
+// float32 GEMMs (kernels.AttentionRows). buf is the task's scratch
+// (AttentionScratch + 2·hd·(pos+rows) floats).
+func attentionF16(c *kvCache, d, qt *Tensor, kvHead, group, hd, row, pos, rows int, scale float32, buf []float32) {
+	out, q := d.data[row*d.cols+kvHead*group*hd:], qt.data[row*qt.cols+kvHead*group*hd:]
+	n := pos + rows
+	kt := c.k16[kvHead*hd*c.cap:]
+	v := c.v16[kvHead*c.cap*hd:]
+	if rows == 1 {
+		kernels.AttentionRowF16(out, q, group, hd, kt, c.cap, v, pos, scale, buf)
+		return
+	}
+	wk, wv := buf[:hd*n], buf[hd*n:2*hd*n]
+	for x := range hd {
+		kernels.F16ToF32(wk[x*n:(x+1)*n], kt[x*c.cap:x*c.cap+n])
+	}
+	kernels.F16ToF32(wv, v[:n*hd])
+	kernels.AttentionRows(out, d.cols, q, qt.cols, rows, group, hd, wk, n, wv, pos, scale, buf[2*hd*n:])
 }

@@ -95,3 +95,44 @@ func attentionRowOut(s, o []float32, group, hd int, v []float32, n int) {
 		AxpysF32(o[g*hd:(g+1)*hd], s[g*n:(g+1)*n], v, hd, n)
 	}
 }
+
+// AttentionRowF16 is AttentionRows for one query row (rows = 1) over an f16
+// cache in the same layout (kt[x*ldk+j], v[j*hd+x] IEEE halves), widened in
+// registers by the f16 axpy-sum kernels. scratch has at least
+// AttentionScratch(1, group, hd, pos+1) floats.
+func AttentionRowF16(out, q []float32, group, hd int, kt []uint16, ldk int, v []uint16, pos int, scale float32, scratch []float32) {
+	m, n := group, pos+1
+	a := scratch[:m*hd]
+	s := scratch[m*hd : m*hd+m*n]
+	o := scratch[m*hd+m*n : 2*m*hd+m*n]
+	for x, v := range q[:m*hd] {
+		a[x] = v * scale
+	}
+	clear(s)
+	g := 0
+	for ; g+1 < group; g += 2 {
+		AxpysF16x2(s[g*n:(g+1)*n], s[(g+1)*n:(g+2)*n], a[g*hd:(g+1)*hd], a[(g+1)*hd:(g+2)*hd], kt, ldk, hd)
+	}
+	if g < group {
+		AxpysF16(s[g*n:(g+1)*n], a[g*hd:(g+1)*hd], kt, ldk, hd)
+	}
+	for g := range group {
+		row := s[g*n : (g+1)*n]
+		sum := ExpSubF32(row, MaxF32(row))
+		a[g*hd] = 1 / sum
+	}
+	clear(o)
+	g = 0
+	for ; g+1 < group; g += 2 {
+		AxpysF16x2(o[g*hd:(g+1)*hd], o[(g+1)*hd:(g+2)*hd], s[g*n:(g+1)*n], s[(g+1)*n:(g+2)*n], v, hd, n)
+	}
+	if g < group {
+		AxpysF16(o[g*hd:(g+1)*hd], s[g*n:(g+1)*n], v, hd, n)
+	}
+	for g := range group {
+		inv := a[g*hd]
+		for x, v := range o[g*hd : (g+1)*hd] {
+			out[g*hd+x] = v * inv
+		}
+	}
+}
