@@ -87,7 +87,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed runs to this file")
 	kvF16 := fs.Bool("kv-f16", true, "KV cache in half precision, as the worker (paged) and llama.cpp keep it (cpu.Config.KVF16; -kv-f16=false: float32)")
 	llamaBench := fs.Bool("llama-bench", false, "measure as llama-bench does (pp N, tg M): the decode starts from an empty cache instead of after the prompt")
-	writeGGUF := fs.String("write-gguf", "", "with --synthetic (dense qwen3 shapes, q8_0/q4_0/bf16/f32): write the model to this .gguf file and exit")
+	writeGGUF := fs.String("write-gguf", "", "with --synthetic (dense qwen3 and qwen3-moe shapes, q8_0/q4_0/bf16/f32): write the model to this .gguf file and exit")
 	writeMLX := fs.String("write-mlx", "", "with --synthetic (dense qwen2/qwen3 shapes): write the model as an MLX/safetensors checkpoint folder and exit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
