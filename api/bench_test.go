@@ -9,23 +9,24 @@ import (
 	"testing"
 
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // instantService answers every job at once with a fixed 8-delta answer.
-type instantService struct{ events []Event }
+type instantService struct{ events []job.Event }
 
 func (s *instantService) Models(context.Context) ([]openai.Model, error) { return nil, nil }
 func (s *instantService) Ready(context.Context) error                    { return nil }
-func (s *instantService) Submit(ctx context.Context, job *Job) (Stream, error) {
+func (s *instantService) Submit(ctx context.Context, job *job.Job) (job.Stream, error) {
 	return &instantStream{events: s.events}, nil
 }
 
 type instantStream struct {
-	events []Event
+	events []job.Event
 	i      int
 }
 
-func (s *instantStream) Recv(context.Context) (*Event, error) {
+func (s *instantStream) Recv(context.Context) (*job.Event, error) {
 	if s.i == len(s.events) {
 		return nil, io.EOF
 	}
@@ -34,12 +35,12 @@ func (s *instantStream) Recv(context.Context) (*Event, error) {
 }
 func (s *instantStream) Close() error { return nil }
 
-func benchEvents() []Event {
-	evs := []Event{{Worker: "mac-1", Role: "assistant", Text: "Hello"}}
+func benchEvents() []job.Event {
+	evs := []job.Event{{Worker: "mac-1", Role: "assistant", Text: "Hello"}}
 	for range 6 {
-		evs = append(evs, Event{Worker: "mac-1", Text: " world"})
+		evs = append(evs, job.Event{Worker: "mac-1", Text: " world"})
 	}
-	return append(evs, Event{Worker: "mac-1", FinishReason: "stop", Usage: &openai.Usage{PromptTokens: 20, CompletionTokens: 8, TotalTokens: 28}})
+	return append(evs, job.Event{Worker: "mac-1", FinishReason: "stop", Usage: &openai.Usage{PromptTokens: 20, CompletionTokens: 8, TotalTokens: 28}})
 }
 
 func benchServe(b *testing.B, body string) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 func (s *Server) chatCompletions(c *gin.Context) {
@@ -20,10 +21,10 @@ func (s *Server) chatCompletions(c *gin.Context) {
 		return
 	}
 	id := reqID(c)
-	job := &Job{ID: id, Kind: KindChat, Model: req.Model, APIKey: keyID(c), Chat: req}
+	j := &job.Job{ID: id, Kind: job.KindChat, Model: req.Model, APIKey: keyID(c), Chat: req}
 	g := newChatGen("chatcmpl-"+id, req.Model, s.now(), req.Choices())
 	g.usageNull = req.Stream && req.IncludeUsage()
-	s.serve(c, job, req.Stream, req.IncludeUsage(), g)
+	s.serve(c, j, req.Stream, req.IncludeUsage(), g)
 }
 
 // chatGen turns events into chat chunks or one chat response.
@@ -61,7 +62,7 @@ func (g *chatGen) choice(i int) (*chatChoice, *openai.Error) {
 	return &g.choices[i], nil
 }
 
-func (g *chatGen) chunk(w *sseWriter, ev *Event, worker string) *openai.Error {
+func (g *chatGen) chunk(w *sseWriter, ev *job.Event, worker string) *openai.Error {
 	if ev.Text == "" && ev.Reasoning == "" && len(ev.ToolCalls) == 0 && ev.Logprobs == nil && ev.FinishReason == "" && ev.Role == "" {
 		return nil // usage-only or empty event
 	}
@@ -104,7 +105,7 @@ func (g *chatGen) usageChunk(w *sseWriter, u *openai.Usage, worker string) {
 		Choices: []openai.ChatChunkChoice{}, Usage: u, MacpoolWorker: worker})
 }
 
-func (g *chatGen) add(ev *Event) *openai.Error {
+func (g *chatGen) add(ev *job.Event) *openai.Error {
 	if ev.Text == "" && ev.Reasoning == "" && len(ev.ToolCalls) == 0 && ev.Logprobs == nil && ev.FinishReason == "" {
 		return nil
 	}

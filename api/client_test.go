@@ -11,6 +11,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 func newClient(url string, opts ...option.RequestOption) oai.Client {
@@ -79,9 +80,9 @@ func TestChatNonStream(t *testing.T) {
 		t.Errorf("macpool_worker = %s", got)
 	}
 
-	job := svc.lastJob(t)
-	if job.Kind != KindChat || job.Model != "qwen3-8b" || job.ID != rid || job.Chat == nil || len(job.Chat.Tools) != 1 || !job.Chat.Logprobs {
-		t.Errorf("job = %+v", job)
+	j := svc.lastJob(t)
+	if j.Kind != job.KindChat || j.Model != "qwen3-8b" || j.ID != rid || j.Chat == nil || len(j.Chat.Tools) != 1 || !j.Chat.Logprobs {
+		t.Errorf("job = %+v", j)
 	}
 	closedOnce(t, svc.lastStream(t))
 }
@@ -159,7 +160,7 @@ func TestChatStream(t *testing.T) {
 }
 
 func TestCompletions(t *testing.T) {
-	events := []Event{
+	events := []job.Event{
 		{Worker: "mac-2", Text: "Once", Logprobs: &openai.ChoiceLogprobs{Content: []openai.TokenLogprob{{Token: "Once", Logprob: -0.5, TopLogprobs: []openai.TopLogprob{{Token: "Once", Logprob: -0.5}}}}}},
 		{Worker: "mac-2", Text: " upon", Logprobs: &openai.ChoiceLogprobs{Content: []openai.TokenLogprob{{Token: " upon", Logprob: -0.1, TopLogprobs: []openai.TopLogprob{{Token: " upon", Logprob: -0.1}}}}}},
 		{Worker: "mac-2", FinishReason: "length", Usage: &openai.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}},
@@ -193,9 +194,9 @@ func TestCompletions(t *testing.T) {
 		if resp.Usage.TotalTokens != 5 || httpResp.Header.Get(HeaderWorker) != "mac-2" {
 			t.Errorf("usage %+v, worker %q", resp.Usage, httpResp.Header.Get(HeaderWorker))
 		}
-		job := svc.lastJob(t)
-		if job.Kind != KindCompletion || job.Completion == nil || job.Completion.Prompt.Texts[0] != "Tell a story" {
-			t.Errorf("job = %+v", job)
+		j := svc.lastJob(t)
+		if j.Kind != job.KindCompletion || j.Completion == nil || j.Completion.Prompt.Texts[0] != "Tell a story" {
+			t.Errorf("job = %+v", j)
 		}
 	})
 
@@ -284,7 +285,7 @@ func TestSubmitErrors(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
-	svc := &fakeService{events: []Event{{Worker: "w", Text: "hi", FinishReason: "stop"}}}
+	svc := &fakeService{events: []job.Event{{Worker: "w", Text: "hi", FinishReason: "stop"}}}
 	_, hs := newTestServer(t, svc, func(c *Config) { c.Auth = NewStaticKeys(map[string]string{"sk-good": "alice"}) })
 
 	for _, tc := range []struct {
@@ -338,7 +339,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestStreamErrorMidway(t *testing.T) {
-	svc := &fakeService{events: []Event{
+	svc := &fakeService{events: []job.Event{
 		{Worker: "mac-3", Role: "assistant", Text: "Hel"},
 		{Worker: "mac-3", Err: openai.ServerError("worker mac-3 left the cluster")},
 	}}
@@ -362,7 +363,7 @@ func TestStreamErrorMidway(t *testing.T) {
 }
 
 func TestErrorBeforeFirstChunk(t *testing.T) {
-	svc := &fakeService{events: []Event{{Worker: "mac-4", Err: &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Param: "messages", Message: "prompt is 40000 tokens, the model's context is 32768"}}}}
+	svc := &fakeService{events: []job.Event{{Worker: "mac-4", Err: &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Param: "messages", Message: "prompt is 40000 tokens, the model's context is 32768"}}}}
 	_, hs := newTestServer(t, svc, nil)
 	client := newClient(hs.URL)
 	stream := client.Chat.Completions.NewStreaming(context.Background(), chatParams())
@@ -380,7 +381,7 @@ func TestErrorBeforeFirstChunk(t *testing.T) {
 }
 
 func TestDisconnectClosesStream(t *testing.T) {
-	svc := &fakeService{events: []Event{{Worker: "mac-5", Role: "assistant", Text: "thinking forever"}}, hold: true}
+	svc := &fakeService{events: []job.Event{{Worker: "mac-5", Role: "assistant", Text: "thinking forever"}}, hold: true}
 	_, hs := newTestServer(t, svc, nil)
 	client := newClient(hs.URL)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -399,7 +400,7 @@ func TestDisconnectClosesStream(t *testing.T) {
 }
 
 func TestDisconnectClosesNonStream(t *testing.T) {
-	svc := &fakeService{events: []Event{{Worker: "mac-5", Role: "assistant", Text: "thinking forever"}}, hold: true}
+	svc := &fakeService{events: []job.Event{{Worker: "mac-5", Role: "assistant", Text: "thinking forever"}}, hold: true}
 	_, hs := newTestServer(t, svc, nil)
 	client := newClient(hs.URL)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -442,10 +443,10 @@ func (anonymousOK) Check(_ context.Context, key string) (string, error) {
 func TestBadEvents(t *testing.T) {
 	cases := []struct {
 		name   string
-		events []Event
+		events []job.Event
 	}{
-		{"choice out of range", []Event{{Worker: "w", Text: "a"}, {Worker: "w", Choice: 3, Text: "b"}}},
-		{"tool call index gap", []Event{{Worker: "w", ToolCalls: []openai.ToolCallDelta{{Index: 2, ID: "c", Function: &openai.FunctionCallDelta{Name: "f"}}}}}},
+		{"choice out of range", []job.Event{{Worker: "w", Text: "a"}, {Worker: "w", Choice: 3, Text: "b"}}},
+		{"tool call index gap", []job.Event{{Worker: "w", ToolCalls: []openai.ToolCallDelta{{Index: 2, ID: "c", Function: &openai.FunctionCallDelta{Name: "f"}}}}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

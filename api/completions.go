@@ -6,6 +6,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 func (s *Server) completions(c *gin.Context) {
@@ -20,10 +21,10 @@ func (s *Server) completions(c *gin.Context) {
 		return
 	}
 	id := reqID(c)
-	job := &Job{ID: id, Kind: KindCompletion, Model: req.Model, APIKey: keyID(c), Completion: req}
+	j := &job.Job{ID: id, Kind: job.KindCompletion, Model: req.Model, APIKey: keyID(c), Completion: req}
 	g := &completionGen{id: "cmpl-" + id, model: req.Model, created: s.now().Unix(), choices: make([]completionChoice, req.Choices()),
 		usageNull: req.Stream && req.IncludeUsage()}
-	s.serve(c, job, req.Stream, req.IncludeUsage(), g)
+	s.serve(c, j, req.Stream, req.IncludeUsage(), g)
 }
 
 // completionGen turns events into text_completion chunks or one response.
@@ -82,7 +83,7 @@ func legacyLogprobs(lp *openai.ChoiceLogprobs, offset int) *openai.CompletionLog
 	return out
 }
 
-func (g *completionGen) chunk(w *sseWriter, ev *Event, worker string) *openai.Error {
+func (g *completionGen) chunk(w *sseWriter, ev *job.Event, worker string) *openai.Error {
 	if ev.Text == "" && ev.Logprobs == nil && ev.FinishReason == "" {
 		return nil
 	}
@@ -116,7 +117,7 @@ func (g *completionGen) usageChunk(w *sseWriter, u *openai.Usage, worker string)
 		Choices: []openai.CompletionChoice{}, Usage: u, MacpoolWorker: worker})
 }
 
-func (g *completionGen) add(ev *Event) *openai.Error {
+func (g *completionGen) add(ev *job.Event) *openai.Error {
 	if ev.Text == "" && ev.Logprobs == nil && ev.FinishReason == "" {
 		return nil
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 )
 
@@ -31,6 +32,15 @@ type Config struct {
 	StreamWriteTimeout time.Duration
 	// Auth checks API keys; nil serves everyone anonymously.
 	Auth KeyChecker
+
+	// Admin serves macpool's own endpoints beside the OpenAI ones (keys,
+	// drain, model registry, cluster status: api/admin); nil: not served.
+	Admin Admin
+	// Handlers are served on the same router for GET and HEAD, without
+	// Auth, by http.ServeMux-style path: "/metrics" that path only,
+	// "/dashboard/" the whole subtree, "/{$}" the root only. They must
+	// not overlap the API's routes.
+	Handlers map[string]http.Handler
 }
 
 // DefaultConfig is a server on :8080 without authentication.
@@ -64,5 +74,5 @@ func (c Config) Validate() error {
 	case c.StreamWriteTimeout < 0:
 		return fmt.Errorf("api stream write timeout %v must not be negative", c.StreamWriteTimeout)
 	}
-	return nil
+	return validateHandlers(c.Handlers)
 }

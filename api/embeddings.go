@@ -5,6 +5,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // embeddings answers POST /v1/embeddings: the job goes to the service like
@@ -23,8 +24,8 @@ func (s *Server) embeddings(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	job := &Job{ID: reqID(c), Kind: KindEmbedding, Model: req.Model, APIKey: keyID(c), Embedding: req}
-	st, err := s.svc.Submit(ctx, job)
+	j := &job.Job{ID: reqID(c), Kind: job.KindEmbedding, Model: req.Model, APIKey: keyID(c), Embedding: req}
+	st, err := s.svc.Submit(ctx, j)
 	if err != nil {
 		writeError(c, asError(err))
 		return
@@ -34,7 +35,7 @@ func (s *Server) embeddings(c *gin.Context) {
 	n := req.Input.Len()
 	vecs := make([][]float32, n)
 	got := 0
-	usage, worker, ok := collect(ctx, c, st, func(ev *Event) *openai.Error {
+	usage, worker, ok := collect(ctx, c, st, func(ev *job.Event) *openai.Error {
 		for _, v := range ev.Embeddings {
 			if v.Index < 0 || v.Index >= n {
 				return openai.ServerError("worker sent embedding %d of a request with %d inputs", v.Index, n)

@@ -11,13 +11,14 @@ import (
 	oai "github.com/openai/openai-go/v3"
 
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // scriptedEmbeddings answers 3 inputs out of order over two events.
-func scriptedEmbeddings() []Event {
-	return []Event{
-		{Worker: "mac-1", Embeddings: []EmbeddingVector{{Index: 2, Vector: []float32{0.6, 0.8}}, {Index: 0, Vector: []float32{1, 0}}}},
-		{Worker: "mac-1", Embeddings: []EmbeddingVector{{Index: 1, Vector: []float32{-0.28, 0.96}}}},
+func scriptedEmbeddings() []job.Event {
+	return []job.Event{
+		{Worker: "mac-1", Embeddings: []job.EmbeddingVector{{Index: 2, Vector: []float32{0.6, 0.8}}, {Index: 0, Vector: []float32{1, 0}}}},
+		{Worker: "mac-1", Embeddings: []job.EmbeddingVector{{Index: 1, Vector: []float32{-0.28, 0.96}}}},
 		{Worker: "mac-1", Usage: &openai.Usage{PromptTokens: 9, TotalTokens: 9}},
 	}
 }
@@ -49,9 +50,9 @@ func TestEmbeddingsClient(t *testing.T) {
 			if raw := resp.Data[0].JSON.Embedding.Raw(); (format == "base64") != strings.HasPrefix(raw, `"`) {
 				t.Errorf("encoding %s: embedding sent as %s", format, raw)
 			}
-			job := svc.lastJob(t)
-			if job.Kind != KindEmbedding || job.Embedding == nil || job.Embedding.Input.Len() != 3 || *job.Embedding.Dimensions != 2 {
-				t.Errorf("job %+v", job)
+			j := svc.lastJob(t)
+			if j.Kind != job.KindEmbedding || j.Embedding == nil || j.Embedding.Input.Len() != 3 || *j.Embedding.Dimensions != 2 {
+				t.Errorf("job %+v", j)
 			}
 			closedOnce(t, svc.lastStream(t))
 		})
@@ -62,7 +63,7 @@ func TestEmbeddingsErrors(t *testing.T) {
 	tooMany := `{"model":"m","input":[` + strings.Repeat(`"x",`, openai.MaxEmbeddingInputs) + `"x"]}`
 	cases := []struct {
 		name, body string
-		events     []Event
+		events     []job.Event
 		status     int
 		param      string
 	}{
@@ -74,14 +75,14 @@ func TestEmbeddingsErrors(t *testing.T) {
 		{"encoding", `{"model":"m","input":"a","encoding_format":"int8"}`, nil, 400, "encoding_format"},
 		{"input type", `{"model":"m","input":{"x":1}}`, nil, 400, "input"},
 		{"worker error", `{"model":"m","input":"a","dimensions":99999}`,
-			[]Event{{Err: openai.InvalidRequest("dimensions", "dimensions must be at most 1024")}}, 400, "dimensions"},
+			[]job.Event{{Err: openai.InvalidRequest("dimensions", "dimensions must be at most 1024")}}, 400, "dimensions"},
 		{"missing vector", `{"model":"m","input":["a","b"]}`,
-			[]Event{{Embeddings: []EmbeddingVector{{Index: 0, Vector: []float32{1}}}}}, 500, ""},
+			[]job.Event{{Embeddings: []job.EmbeddingVector{{Index: 0, Vector: []float32{1}}}}}, 500, ""},
 		{"bad index", `{"model":"m","input":["a"]}`,
-			[]Event{{Embeddings: []EmbeddingVector{{Index: 1, Vector: []float32{1}}}}}, 500, ""},
+			[]job.Event{{Embeddings: []job.EmbeddingVector{{Index: 1, Vector: []float32{1}}}}}, 500, ""},
 		{"unknown model", `{"model":"missing","input":"a"}`, nil, 404, "model"},
 		{"repeat after failover", `{"model":"m","input":["a","b"]}`,
-			[]Event{{Embeddings: []EmbeddingVector{{Index: 0, Vector: []float32{1}}}}, {Embeddings: []EmbeddingVector{{Index: 0, Vector: []float32{1}}, {Index: 1, Vector: []float32{1}}}}}, 200, ""},
+			[]job.Event{{Embeddings: []job.EmbeddingVector{{Index: 0, Vector: []float32{1}}}}, {Embeddings: []job.EmbeddingVector{{Index: 0, Vector: []float32{1}}, {Index: 1, Vector: []float32{1}}}}}, 200, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,12 +119,12 @@ func TestEmbeddingsErrors(t *testing.T) {
 // Events travel as JSON between worker and coordinator: vectors must come
 // back bit-identical.
 func TestEmbeddingEventJSON(t *testing.T) {
-	ev := Event{Embeddings: []EmbeddingVector{{Index: 3, Vector: []float32{0.1, -1.2345678e-7, 3.4028235e38, 1.0 / 3}}}}
+	ev := job.Event{Embeddings: []job.EmbeddingVector{{Index: 3, Vector: []float32{0.1, -1.2345678e-7, 3.4028235e38, 1.0 / 3}}}}
 	b, err := json.Marshal(ev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back Event
+	var back job.Event
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}

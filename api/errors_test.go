@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/macpool/macpool/job"
 )
 
 // checkErrorBody asserts the OpenAI error shape: exactly
@@ -111,7 +113,7 @@ func TestBadRequests(t *testing.T) {
 		{"completion max_tokens", "/v1/completions", `{"model":"m","prompt":"x","max_tokens":0}`, 400, "max_tokens", "at least 1"},
 		{"completion unknown model", "/v1/completions", `{"model":"missing","prompt":"x"}`, 404, "model", "does not exist"},
 	}
-	svc := &fakeService{events: []Event{{Text: "ok", FinishReason: "stop"}}}
+	svc := &fakeService{events: []job.Event{{Text: "ok", FinishReason: "stop"}}}
 	_, hs := newTestServer(t, svc, nil)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,7 +138,7 @@ func TestBadRequests(t *testing.T) {
 }
 
 func TestHTTPErrors(t *testing.T) {
-	svc := &fakeService{events: []Event{{Text: "ok", FinishReason: "stop"}}}
+	svc := &fakeService{events: []job.Event{{Text: "ok", FinishReason: "stop"}}}
 	_, hs := newTestServer(t, svc, func(c *Config) { c.MaxBodyBytes = 4096 })
 	big := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`
 	cases := []struct {
@@ -225,7 +227,7 @@ func TestProbes(t *testing.T) {
 }
 
 func TestRequestIDNotFromClient(t *testing.T) {
-	svc := &fakeService{events: []Event{{Worker: "w", Text: "ok", FinishReason: "stop"}}}
+	svc := &fakeService{events: []job.Event{{Worker: "w", Text: "ok", FinishReason: "stop"}}}
 	_, hs := newTestServer(t, svc, nil)
 	req, _ := http.NewRequest("POST", hs.URL+"/v1/chat/completions", bytes.NewReader([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)))
 	req.Header.Set(HeaderRequestID, "client.chosen.id")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // fakeService plays scripted events for every submitted job.
@@ -19,19 +20,19 @@ type fakeService struct {
 	models    []openai.Model
 	readyErr  error
 	submitErr error
-	events    []Event // played by every stream
-	hold      bool    // after the events, Recv blocks until ctx ends
-	panicOn   bool    // Submit panics
+	events    []job.Event // played by every stream
+	hold      bool        // after the events, Recv blocks until ctx ends
+	panicOn   bool        // Submit panics
 
 	mu      sync.Mutex
-	jobs    []*Job
+	jobs    []*job.Job
 	streams []*fakeStream
 }
 
 func (f *fakeService) Models(ctx context.Context) ([]openai.Model, error) { return f.models, nil }
 func (f *fakeService) Ready(ctx context.Context) error                    { return f.readyErr }
 
-func (f *fakeService) Submit(ctx context.Context, job *Job) (Stream, error) {
+func (f *fakeService) Submit(ctx context.Context, job *job.Job) (job.Stream, error) {
 	if f.panicOn {
 		panic("scripted panic")
 	}
@@ -49,7 +50,7 @@ func (f *fakeService) Submit(ctx context.Context, job *Job) (Stream, error) {
 	return st, nil
 }
 
-func (f *fakeService) lastJob(t *testing.T) *Job {
+func (f *fakeService) lastJob(t *testing.T) *job.Job {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -70,14 +71,14 @@ func (f *fakeService) lastStream(t *testing.T) *fakeStream {
 }
 
 type fakeStream struct {
-	events    []Event
+	events    []job.Event
 	i         int
 	hold      bool
 	delivered chan struct{}
 	closes    atomic.Int32
 }
 
-func (s *fakeStream) Recv(ctx context.Context) (*Event, error) {
+func (s *fakeStream) Recv(ctx context.Context) (*job.Event, error) {
 	if s.i < len(s.events) {
 		ev := s.events[s.i]
 		s.i++
@@ -141,11 +142,11 @@ func ptr[T any](v T) *T { return &v }
 
 // scriptedChat is a stream with reasoning, content, a tool call split over
 // deltas, logprobs and usage.
-func scriptedChat() []Event {
+func scriptedChat() []job.Event {
 	lp := func(tok string, p float64) *openai.ChoiceLogprobs {
 		return &openai.ChoiceLogprobs{Content: []openai.TokenLogprob{{Token: tok, Logprob: p, Bytes: []int{int(tok[0])}, TopLogprobs: []openai.TopLogprob{{Token: tok, Logprob: p, Bytes: []int{int(tok[0])}}}}}}
 	}
-	return []Event{
+	return []job.Event{
 		{Worker: "mac-1", Role: "assistant", Reasoning: "The user wants "},
 		{Worker: "mac-1", Reasoning: "the weather."},
 		{Worker: "mac-1", Text: "Let me check", Logprobs: lp("Let", -0.25)},

@@ -8,17 +8,18 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // generation is what differs between chat and completions: how events become
 // stream chunks and how they add up to one response.
 type generation interface {
 	// chunk adds the frames for one event to w (possibly none).
-	chunk(w *sseWriter, ev *Event, worker string) *openai.Error
+	chunk(w *sseWriter, ev *job.Event, worker string) *openai.Error
 	// usageChunk adds the final usage frame.
 	usageChunk(w *sseWriter, u *openai.Usage, worker string)
 	// add aggregates one event for a non-streaming answer.
-	add(ev *Event) *openai.Error
+	add(ev *job.Event) *openai.Error
 	// response is the aggregated answer.
 	response(u *openai.Usage, worker string) any
 }
@@ -26,7 +27,7 @@ type generation interface {
 // serve submits the job and answers the request with the stream or the
 // aggregated response. The stream is closed exactly once before serve returns,
 // also when the client goes away (its context ends and Recv returns).
-func (s *Server) serve(c *gin.Context, job *Job, stream, includeUsage bool, g generation) {
+func (s *Server) serve(c *gin.Context, job *job.Job, stream, includeUsage bool, g generation) {
 	ctx := c.Request.Context()
 	st, err := s.svc.Submit(ctx, job)
 	if err != nil {
@@ -41,7 +42,7 @@ func (s *Server) serve(c *gin.Context, job *Job, stream, includeUsage bool, g ge
 	s.aggregate(ctx, c, st, g)
 }
 
-func (s *Server) aggregate(ctx context.Context, c *gin.Context, st Stream, g generation) {
+func (s *Server) aggregate(ctx context.Context, c *gin.Context, st job.Stream, g generation) {
 	usage, worker, ok := collect(ctx, c, st, g.add)
 	if !ok {
 		return
@@ -54,7 +55,7 @@ func (s *Server) aggregate(ctx context.Context, c *gin.Context, st Stream, g gen
 // to add. Every error (a Recv failure, an error event, add's) is written as
 // the response; ok is false then, or when the client went away. Shared by the
 // generation and embedding handlers so both treat workers and errors alike.
-func collect(ctx context.Context, c *gin.Context, st Stream, add func(*Event) *openai.Error) (usage *openai.Usage, worker string, ok bool) {
+func collect(ctx context.Context, c *gin.Context, st job.Stream, add func(*job.Event) *openai.Error) (usage *openai.Usage, worker string, ok bool) {
 	for {
 		ev, err := st.Recv(ctx)
 		if errors.Is(err, io.EOF) {
@@ -86,7 +87,7 @@ func collect(ctx context.Context, c *gin.Context, st Stream, add func(*Event) *o
 	}
 }
 
-func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st Stream, includeUsage bool, g generation) {
+func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream, includeUsage bool, g generation) {
 	// Until the first event arrives nothing is written, so a failure before
 	// it (an error event, a Recv error) is still a plain HTTP error.
 	ev, err := st.Recv(ctx)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -17,7 +18,7 @@ var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 // TestGolden compares whole response bodies (SSE streams byte for byte) with
 // testdata/*.golden. Run with -update to rewrite them after a deliberate change.
 func TestGolden(t *testing.T) {
-	twoChoices := []Event{
+	twoChoices := []job.Event{
 		{Worker: "mac-1", Choice: 0, Role: "assistant"},
 		{Worker: "mac-1", Choice: 1, Role: "assistant", Text: "Bonjour"},
 		{Worker: "mac-1", Choice: 0, Text: "Hello"},
@@ -29,7 +30,7 @@ func TestGolden(t *testing.T) {
 		name   string
 		path   string
 		body   string
-		events []Event
+		events []job.Event
 	}{
 		{"chat_stream", "/v1/chat/completions",
 			`{"model":"qwen3-8b","messages":[{"role":"user","content":"Weather in Paris?"}],"stream":true,"stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":1}`,
@@ -39,7 +40,7 @@ func TestGolden(t *testing.T) {
 			twoChoices},
 		{"chat_stream_error", "/v1/chat/completions",
 			`{"model":"qwen3-8b","messages":[{"role":"user","content":"hi"}],"stream":true}`,
-			[]Event{{Worker: "mac-3", Role: "assistant", Text: "Hel"}, {Worker: "mac-3", Err: openai.ServerError("worker mac-3 left the cluster")}}},
+			[]job.Event{{Worker: "mac-3", Role: "assistant", Text: "Hel"}, {Worker: "mac-3", Err: openai.ServerError("worker mac-3 left the cluster")}}},
 		{"chat_nonstream", "/v1/chat/completions",
 			`{"model":"qwen3-8b","messages":[{"role":"user","content":"Weather in Paris?"}],"logprobs":true,"top_logprobs":1}`,
 			scriptedChat()},

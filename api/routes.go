@@ -31,11 +31,11 @@ func (s *Server) routes() *gin.Engine {
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.Use(s.base)
-	e.NoRoute(func(c *gin.Context) {
+	e.NoRoute(s.adminGuard, func(c *gin.Context) {
 		writeError(c, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest,
 			Message: fmt.Sprintf("Invalid URL (%s %s)", c.Request.Method, c.Request.URL.Path)})
 	})
-	e.NoMethod(func(c *gin.Context) {
+	e.NoMethod(s.adminGuard, func(c *gin.Context) {
 		writeError(c, &openai.Error{Status: http.StatusMethodNotAllowed, Type: openai.TypeInvalidRequest,
 			Message: fmt.Sprintf("Method %s not allowed for %s (allowed: %s)", c.Request.Method, c.Request.URL.Path, c.Writer.Header().Get("Allow"))})
 	})
@@ -49,6 +49,9 @@ func (s *Server) routes() *gin.Engine {
 	v1.POST("/embeddings", s.embeddings)
 	v1.GET("/models", s.models)
 	v1.GET("/models/*model", s.model)
+
+	s.adminRoutes(e)   // admin.go: Config.Admin (keys, drain, registry, status)
+	s.mountHandlers(e) // mount.go: Config.Handlers (/metrics, the dashboard)
 	return e
 }
 
@@ -104,11 +107,7 @@ func (s *Server) auth(c *gin.Context) {
 	if s.cfg.Auth == nil {
 		return
 	}
-	scheme, key, _ := strings.Cut(c.GetHeader("Authorization"), " ")
-	key = strings.TrimSpace(key)
-	if !strings.EqualFold(scheme, "Bearer") {
-		key = ""
-	}
+	key := bearerToken(c)
 	id, err := s.cfg.Auth.Check(c.Request.Context(), key)
 	if err != nil {
 		var oe *openai.Error

@@ -2,7 +2,11 @@
 // chat completions, completions and models, the SSE writer, API-key auth,
 // and OpenAI-shaped errors for every failure. It hands validated requests to
 // a Service (the coordinator) and turns the Service's event streams into SSE
-// chunks or aggregated responses.
+// chunks or aggregated responses. It also serves macpool's own endpoints
+// (keys, drain, model registry, cluster status; Config.Admin) and extra
+// handlers such as /metrics and the dashboard (Config.Handlers), so that one
+// router and one http.Server with Config's timeouts serve the coordinator's
+// port.
 package api
 
 import (

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/macpool/macpool/job"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -44,7 +46,7 @@ func TestConfigValidate(t *testing.T) {
 // TestServeShutdown runs the real listener: ctx cancel ends Serve, and an
 // open stream is cut after ShutdownTimeout, which closes its job.
 func TestServeShutdown(t *testing.T) {
-	svc := &fakeService{events: []Event{{Worker: "w", Role: "assistant", Text: "..."}}, hold: true}
+	svc := &fakeService{events: []job.Event{{Worker: "w", Role: "assistant", Text: "..."}}, hold: true}
 	cfg := DefaultConfig()
 	cfg.ShutdownTimeout = 50 * time.Millisecond
 	s, err := New(cfg, svc, nil)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/macpool/macpool/job"
 )
 
 // A client that sends a streaming request and then stops reading is cut
@@ -14,9 +16,9 @@ import (
 // holding the job for as long as the client keeps the socket open.
 func TestStreamWriteTimeoutCutsNonReadingClient(t *testing.T) {
 	big := strings.Repeat("x", 64<<10)
-	events := make([]Event, 400) // 25 MB: more than loopback socket buffers hold
+	events := make([]job.Event, 400) // 25 MB: more than loopback socket buffers hold
 	for i := range events {
-		events[i] = Event{Worker: "mac-1", Text: big}
+		events[i] = job.Event{Worker: "mac-1", Text: big}
 	}
 	events[len(events)-1].FinishReason = "stop"
 	svc := &fakeService{events: events, hold: true}

@@ -43,7 +43,7 @@ type Meta struct {
 	Running int      `json:"q,omitempty"`
 	Ready   bool     `json:"rd,omitempty"` // worker: connected and pulling jobs
 	// Store is a worker's modelstore peer HTTP address (host:port): other
-	// workers pull its models from there (distrib: docs/notes/distrib.md).
+	// workers pull its models from there (docs/cluster.md, "Model placement and distribution").
 	Store string `json:"ms,omitempty"`
 	// Coordinator addresses.
 	NATS string `json:"u,omitempty"` // NATS client URL(s), comma separated

@@ -1,6 +1,6 @@
 package cluster
 
-// Model distribution messages (docs/notes/distrib.md): a worker asks any
+// Model distribution messages (docs/cluster.md, "Model placement and distribution"): a worker asks any
 // coordinator which models the placement gives it, and reports how far it
 // got installing each (fetch from peers or the source, load).
 //

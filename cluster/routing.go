@@ -32,16 +32,3 @@ func PrefixFilter() string { return SubjectPrefixPrefix + ">" }
 func OfferSubject(model, node string) string {
 	return SubjectOfferPrefix + Token(model) + "." + Token(node)
 }
-
-// PrefixSummary is what a worker advertises about one model's prefix cache:
-// the engine/prefixkey keys of the requests it served most recently and how
-// much KV room it has. Keys travel over NATS, not gossip: 64 keys are
-// ~1.4 KB, well over memberlist's 512-byte metadata.
-type PrefixSummary struct {
-	Node       string   `json:"node"`
-	Model      string   `json:"model"`
-	Keys       []uint64 `json:"keys"`                  // most recent first
-	BlockSize  int      `json:"block_size,omitempty"`  // KV positions per block (0: no paged pool)
-	Blocks     int      `json:"blocks,omitempty"`      // KV pool size
-	FreeBlocks int      `json:"free_blocks,omitempty"` // free or evictable now
-}

@@ -7,13 +7,13 @@ import (
 	"hash/fnv"
 	"strings"
 
-	"github.com/macpool/macpool/api"
+	"github.com/macpool/macpool/job"
 )
 
 // NATS subjects and JetStream names.
 //
 //	macpool.jobs.<model>.<key>   JetStream work-queue stream JOBS_<model>, one per model;
-//	                             body = JSON api.Job, headers below
+//	                             body = JSON job.Job, headers below
 //	macpool.reply.<coord>.<id>   core NATS, worker -> coordinator: frames of one job
 //	macpool.cancel.<id>          core NATS, coordinator -> workers: stop job id
 //	macpool.raft.apply           core NATS request, follower -> Raft leader: forwarded write
@@ -109,7 +109,7 @@ const (
 	// (coordinator died) makes the worker stop the job. Its Seq is 0 and
 	// outside the sequence.
 	FramePing byte = 'p'
-	// FrameEvent carries one JSON api.Event.
+	// FrameEvent carries one JSON job.Event.
 	FrameEvent byte = 'e'
 	// FrameError carries a JSON ErrorBody; it ends the stream.
 	FrameError byte = 'x'
@@ -154,7 +154,7 @@ func ParseFrame(b []byte) (Frame, error) {
 // each choice already produced (their text has reached the client). The
 // worker that takes it prefills prompt + Resume[i] and emits only new text.
 type Job struct {
-	api.Job
+	job.Job
 	Resume [][]int `json:"resume,omitempty"`
 }
 
@@ -162,6 +162,6 @@ type Job struct {
 // engines that can resume, the ids of the tokens whose text it carries
 // (the coordinator keeps them to requeue the job on failure).
 type Event struct {
-	api.Event
+	job.Event
 	Tokens []int `json:"tk,omitempty"`
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/macpool/macpool/api"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -50,18 +51,18 @@ func TestCoordinatorOverhead(t *testing.T) {
 	svc := overheadSetup(t, 64)
 	eng := &worker.TestEngine{}
 	ctx := context.Background()
-	job := chatJob("bench", "", "one two three four", 4)
+	j := chatJob("bench", "", "one two three four", 4)
 
 	direct := make([]time.Duration, n)
 	for i := range direct {
 		start := time.Now()
-		eng.Generate(ctx, job, func(*api.Event) error { return nil })
+		eng.Generate(ctx, j, func(*job.Event) error { return nil })
 		direct[i] = time.Since(start)
 	}
 	viaCluster := make([]time.Duration, n)
 	for i := range viaCluster {
 		start := time.Now()
-		r, err := submit(ctx, svc, job)
+		r, err := submit(ctx, svc, j)
 		if err != nil || r.err != nil {
 			t.Fatalf("request %d: %v %v", i, err, r.err)
 		}
@@ -128,11 +129,11 @@ func TestHTTPOverhead(t *testing.T) {
 		}
 	}
 	eng := &worker.TestEngine{}
-	job := chatJob("bench", "", "one two three four", 4)
+	j := chatJob("bench", "", "one two three four", 4)
 	direct := make([]time.Duration, n)
 	for i := range direct {
 		start := time.Now()
-		eng.Generate(context.Background(), job, func(*api.Event) error { return nil })
+		eng.Generate(context.Background(), j, func(*job.Event) error { return nil })
 		direct[i] = time.Since(start)
 	}
 	lat := make([]time.Duration, n)

@@ -77,7 +77,7 @@ func TestAPIKeys(t *testing.T) {
 	if a == b || !strings.HasPrefix(a, "anon-") {
 		t.Fatalf("anonymous ids: got %q and %q, want distinct anon-* ids", a, b)
 	}
-	if err := c.AddAPIKey(ctx, "team-a", "Team A", "sk-a"); err != nil {
+	if _, err := c.CreateAPIKey(ctx, coordinator.KeyRequest{ID: "team-a", Name: "Team A", Secret: "sk-a"}); err != nil {
 		t.Fatal(err)
 	}
 	if id, err := c.Check(ctx, "sk-a"); err != nil || id != "team-a" {

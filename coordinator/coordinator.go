@@ -1,6 +1,8 @@
 // Package coordinator is the control and admission plane of a macpool
 // cluster. A coordinator
-//   - takes requests from the HTTP layer (it implements api.Service),
+//   - takes requests from the HTTP layer (it implements api.Service,
+//     api.KeyChecker and api.Admin without importing api: the method sets
+//     are checked in cmd/macpool),
 //     admits them into a per-model NATS JetStream work queue, and relays the
 //     frames the worker streams back;
 //   - runs the cluster's NATS: an embedded server on every coordinator,

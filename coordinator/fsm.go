@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/macpool/macpool/api/admin"
 )
 
 // Durable cluster state replicated by Raft. Commands are typed, prefixed by a
@@ -28,21 +30,9 @@ const (
 	cmdDeleteAPIKey
 )
 
-// ModelSpec is a registry entry.
-type ModelSpec struct {
-	Name         string `json:"name"`
-	Source       string `json:"source,omitempty"`       // folder or Hugging Face repo id
-	Format       string `json:"format,omitempty"`       // safetensors | mlx | gguf
-	Quantization string `json:"quantization,omitempty"` // e.g. q4_0, 4bit; "" = unquantized
-	Created      int64  `json:"created,omitempty"`      // unix seconds, set by the proposer
-	// distrib (models.go): entries added by `macpool models add` are
-	// Managed: the leader places them on workers (State.Assign).
-	Managed    bool   `json:"managed,omitempty"`
-	SourceNode string `json:"source_node,omitempty"` // worker holding a local-path Source ("" = any that has it)
-	Size       int64  `json:"size,omitempty"`        // bytes of the model's files (0 = not known yet)
-	Digest     string `json:"digest,omitempty"`      // modelstore manifest digest, once a worker reported it
-	Replicas   int    `json:"replicas,omitempty"`    // workers to place it on; 0 = every worker it fits
-}
+// ModelSpec is a registry entry. Its type lives in api/admin because the
+// registry endpoints send it as is; its JSON is also the Raft state's.
+type ModelSpec = admin.ModelSpec
 
 // APIKey is a stored API key: only its SHA-256 hash is kept.
 type APIKey struct {
@@ -170,6 +160,13 @@ func (f *fsm) apply(data []byte) error {
 		if k.Hash == "" {
 			return errors.New("put api key: empty hash")
 		}
+		// A key is identified by its id: a new secret for an id replaces
+		// the old one, which must stop authenticating.
+		for h, old := range f.state.APIKeys {
+			if old.ID == k.ID {
+				delete(f.state.APIKeys, h)
+			}
+		}
 		f.state.APIKeys[k.Hash] = k
 	case cmdDeleteAPIKey:
 		var c nameCmd
@@ -183,7 +180,7 @@ func (f *fsm) apply(data []byte) error {
 		}
 	case cmdTouchAPIKey: // keys.go
 		return f.applyTouchKey(body)
-	case cmdSetAssignment: // distrib: models.go
+	case cmdSetAssignment: // models.go
 		return f.applySetAssignment(body)
 	default:
 		return fmt.Errorf("unknown command type %d", data[1])

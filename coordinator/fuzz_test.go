@@ -9,8 +9,8 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/nats-io/nats.go"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/cluster"
+	"github.com/macpool/macpool/job"
 )
 
 // Fuzzers of what a coordinator decodes from other nodes: Raft commands
@@ -81,7 +81,7 @@ func FuzzStreamFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, kind byte, p1, p2 []byte, attempts uint8) {
 		c := &Coordinator{ml: ml}
 		s := &stream{c: c, id: "j", model: "m", worker: "w1", next: 1, resumable: true, attempts: int(attempts % 4),
-			job: &api.Job{Kind: api.KindChat}, notify: make(chan struct{}, 1)}
+			job: &job.Job{Kind: job.KindChat}, notify: make(chan struct{}, 1)}
 		c.streams.Store("j", s)
 		s.frame(cluster.Frame{Kind: kind, Seq: 1, Payload: p1}, &nats.Msg{})
 		s.frame(cluster.Frame{Kind: cluster.FrameEvent, Seq: 2, Payload: p2}, &nats.Msg{})

@@ -3,37 +3,30 @@ package coordinator
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/api/openai"
-	"github.com/macpool/macpool/cluster"
 )
 
-// API key administration and worker drain over HTTP (macpool keys, macpool
-// drain). The admin endpoints live under AdminPath and need an admin
-// credential: a stored API key created with admin rights, or
+// API key administration and worker drain (macpool keys, macpool drain).
+// The api package serves them over HTTP under AdminPath (the endpoints are
+// listed in api/admin); the coordinator decides who is an admin
+// (CheckAdmin): a stored API key created with admin rights, or
 // Config.AdminToken. While the cluster stores no key at all (and has no
-// AdminToken) they are open, like the API itself; the first key created
-// then must be an admin key, so that keys can still be managed afterwards.
-//
-//	GET    /v1/admin/keys        list: id, name, admin, created, last used (never secrets)
-//	POST   /v1/admin/keys        create {id?, name?, admin?}: the secret is in the answer, once
-//	DELETE /v1/admin/keys/{id}   revoke: later requests with it get 401
-//	POST   /v1/admin/drain       {node, timeout_ms?}: ask a worker to drain and leave
-//	GET    /v1/admin/drain/{node} the node's progress: present, leaving, running jobs
+// AdminToken) everyone is, like on the API itself.
 
 // AdminPath is the prefix of the admin endpoints.
-const AdminPath = "/v1/admin/"
+const AdminPath = admin.Path
 
 // cmdTouchAPIKey records the last use of a key. Explicit value: other
 // commands are numbered from 1 by iota in fsm.go.
@@ -118,44 +111,26 @@ func (c *Coordinator) touchLoop(ctx context.Context) {
 	}
 }
 
-// KeyInfo is an API key as listed (no secret, no hash).
-type KeyInfo struct {
-	ID       string `json:"id"`
-	Name     string `json:"name,omitempty"`
-	Admin    bool   `json:"admin,omitempty"`
-	Created  int64  `json:"created,omitempty"`   // unix seconds
-	LastUsed int64  `json:"last_used,omitempty"` // unix seconds, to within a minute; 0: never
-}
-
-// CreatedKey is the answer to a key creation: the only time the secret is shown.
-type CreatedKey struct {
-	KeyInfo
-	Secret string `json:"secret"`
-}
-
-// KeyRequest creates a key.
-type KeyRequest struct {
-	ID    string `json:"id,omitempty"` // default: key-<random>
-	Name  string `json:"name,omitempty"`
-	Admin bool   `json:"admin,omitempty"`
-}
-
-// DrainResponse answers POST /v1/admin/drain.
-type DrainResponse struct {
-	Node    string `json:"node"`
-	Running int    `json:"running"` // jobs running on the node when it began draining
-}
+// The admin wire types live in api/admin, where the HTTP layer and the CLI
+// find them without importing the coordinator.
+type (
+	KeyInfo        = admin.KeyInfo
+	CreatedKey     = admin.CreatedKey
+	KeyRequest     = admin.KeyRequest
+	DrainResponse  = admin.DrainResponse
+	NodeDrainState = admin.NodeDrainState
+)
 
 var keyIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // ErrKeyExists is returned by CreateAPIKey for an id already in use.
-var ErrKeyExists = errors.New("an api key with this id exists")
+var ErrKeyExists = admin.ErrKeyExists
 
 // ErrInvalidKey is returned by CreateAPIKey for a malformed id or name.
-var ErrInvalidKey = errors.New("invalid api key request")
+var ErrInvalidKey = admin.ErrInvalidKey
 
 // ErrKeyNotFound is returned by RevokeAPIKey for an unknown id.
-var ErrKeyNotFound = errors.New("no api key with this id")
+var ErrKeyNotFound = admin.ErrKeyNotFound
 
 // Keys lists the stored API keys by id.
 func (c *Coordinator) Keys() []KeyInfo {
@@ -168,8 +143,12 @@ func (c *Coordinator) Keys() []KeyInfo {
 	return out
 }
 
-// CreateAPIKey makes a new random secret, stores its hash under req.ID
-// through Raft and returns the secret (shown once, never stored).
+// CreateAPIKey stores an API key through Raft: req.ID (validated; default
+// key-<random>) with req.Secret, or a new random secret, which is returned
+// (shown once; only its hash is stored). An id already stored is
+// ErrKeyExists, except with a given secret: the operator's flags are
+// authoritative, so a restart with the same --api-key (or a changed one)
+// replaces the key.
 func (c *Coordinator) CreateAPIKey(ctx context.Context, req KeyRequest) (CreatedKey, error) {
 	var raw [24]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -184,16 +163,20 @@ func (c *Coordinator) CreateAPIKey(ctx context.Context, req KeyRequest) (Created
 	if len(req.Name) > 200 {
 		return CreatedKey{}, fmt.Errorf("create api key: %w: name of %d bytes exceeds 200", ErrInvalidKey, len(req.Name))
 	}
-	for _, k := range c.Keys() {
-		if k.ID == req.ID {
-			return CreatedKey{}, fmt.Errorf("create api key %s: %w", req.ID, ErrKeyExists)
+	secret := req.Secret
+	if secret == "" {
+		for _, k := range c.Keys() {
+			if k.ID == req.ID {
+				return CreatedKey{}, fmt.Errorf("create api key %s: %w", req.ID, ErrKeyExists)
+			}
 		}
+		secret = "mp-" + hex.EncodeToString(raw[4:])
 	}
-	secret := "mp-" + hex.EncodeToString(raw[4:])
 	k := APIKey{ID: req.ID, Name: req.Name, Hash: HashKey(secret), Admin: req.Admin, Created: time.Now().Unix()}
 	if err := c.propose(ctx, cmdPutAPIKey, k); err != nil {
 		return CreatedKey{}, fmt.Errorf("create api key %s: %w", req.ID, err)
 	}
+	c.log.Info("api key created", "key", k.ID, "admin", k.Admin)
 	return CreatedKey{KeyInfo: KeyInfo{ID: k.ID, Name: k.Name, Admin: k.Admin, Created: k.Created}, Secret: secret}, nil
 }
 
@@ -206,73 +189,18 @@ func (c *Coordinator) RevokeAPIKey(ctx context.Context, id string) error {
 	if !found {
 		return fmt.Errorf("revoke api key %s: %w", id, ErrKeyNotFound)
 	}
-	if err := c.RemoveAPIKey(ctx, id); err != nil {
+	if err := c.propose(ctx, cmdDeleteAPIKey, nameCmd{Name: id}); err != nil {
 		return fmt.Errorf("revoke api key %s: %w", id, err)
 	}
+	c.log.Info("api key revoked", "key", id)
 	return nil
 }
 
-// DrainNode asks worker node (over NATS) to drain: stop taking jobs,
-// finish or after timeout hand off its running jobs, and leave. It returns
-// once the worker accepted; watch gossip (or Status) to see it leave.
-func (c *Coordinator) DrainNode(ctx context.Context, node string, timeout time.Duration) (DrainResponse, error) {
-	m, ok := c.ml.Member(node)
-	if !ok {
-		return DrainResponse{}, fmt.Errorf("drain %s: %w", node, ErrNodeNotFound)
-	}
-	if m.Meta.Role != cluster.RoleWorker {
-		return DrainResponse{}, fmt.Errorf("drain %s: %w (it is a %s)", node, ErrNotWorker, m.Meta.Role)
-	}
-	body, _ := json.Marshal(cluster.DrainRequest{TimeoutMS: timeout.Milliseconds()})
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	msg, err := c.nc.RequestWithContext(rctx, cluster.DrainSubject(node), body)
-	if err != nil {
-		return DrainResponse{}, fmt.Errorf("drain %s: ask the worker over nats: %w", node, err)
-	}
-	var r cluster.DrainReply
-	if err := json.Unmarshal(msg.Data, &r); err != nil {
-		return DrainResponse{}, fmt.Errorf("drain %s: malformed answer: %w", node, err)
-	}
-	if r.Error != "" {
-		return DrainResponse{}, fmt.Errorf("drain %s: worker refused: %s", node, r.Error)
-	}
-	c.log.Info("worker draining", "node", node, "running", r.Running, "timeout", timeout)
-	return DrainResponse{Node: node, Running: r.Running}, nil
-}
-
-// NodeDrainState is a node's progress as macpool drain shows it
-// (GET /v1/admin/drain/{node}).
-type NodeDrainState struct {
-	Node    string `json:"node"`
-	Present bool   `json:"present"` // still in gossip
-	Leaving bool   `json:"leaving"` // gossips that it is draining / leaving
-	Running int    `json:"running"` // jobs running (gossiped, at most MetaInterval old)
-}
-
-// NodeDrainState reports node as gossip shows it.
-func (c *Coordinator) NodeDrainState(node string) NodeDrainState {
-	m, ok := c.ml.Member(node)
-	if !ok {
-		return NodeDrainState{Node: node}
-	}
-	return NodeDrainState{Node: node, Present: true, Leaving: m.Meta.Leaving, Running: m.Meta.Running}
-}
-
-// ErrNodeNotFound and ErrNotWorker are DrainNode's errors for a node that
-// gossip does not show and for a node that is not a worker.
-var (
-	ErrNodeNotFound = errors.New("no such node in the cluster")
-	ErrNotWorker    = errors.New("only workers can be drained")
-)
-
-// checkAdmin authorises an admin request from its bearer token.
-func (c *Coordinator) checkAdmin(r *http.Request) *openai.Error {
-	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	token = strings.TrimSpace(token)
-	if !strings.EqualFold(scheme, "Bearer") {
-		token = ""
-	}
+// CheckAdmin authorises a bearer token ("" when none was sent) for the
+// admin endpoints: the cluster's admin token or a stored admin key. While
+// the cluster is open (no key stored, no admin token) everyone passes;
+// otherwise the error is a 401 or 403 *openai.Error.
+func (c *Coordinator) CheckAdmin(_ context.Context, token string) error {
 	if c.cfg.AdminToken != "" && token != "" &&
 		subtle.ConstantTimeCompare([]byte(token), []byte(c.cfg.AdminToken)) == 1 {
 		return nil
@@ -294,128 +222,38 @@ func (c *Coordinator) checkAdmin(r *http.Request) *openai.Error {
 	return nil
 }
 
-// adminOpen reports whether the admin endpoints need no credential.
-func (c *Coordinator) adminOpen() bool {
+// AdminOpen reports whether the admin endpoints need no credential; the
+// first key created then must be an admin key, so that keys can still be
+// managed once it exists.
+func (c *Coordinator) AdminOpen() bool {
 	c.fsm.mu.RLock()
 	defer c.fsm.mu.RUnlock()
 	return len(c.fsm.state.APIKeys) == 0 && c.cfg.AdminToken == ""
 }
 
-// maxAdminBody bounds admin request bodies.
-const maxAdminBody = 64 << 10
-
-// AdminHandler serves the admin endpoints (mount it at AdminPath).
-func (c *Coordinator) AdminHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/admin/keys", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": c.Keys()})
-	})
-	mux.HandleFunc("POST /v1/admin/keys", func(w http.ResponseWriter, r *http.Request) {
-		var req KeyRequest
-		if oe := readJSON(r, &req); oe != nil {
-			writeAdminError(w, oe)
-			return
-		}
-		if !req.Admin && c.adminOpen() {
-			writeAdminError(w, openai.InvalidRequest("admin",
-				"the first API key must be an admin key (admin: true; macpool keys create --admin): once a key exists, only admin keys can manage keys"))
-			return
-		}
-		k, err := c.CreateAPIKey(r.Context(), req)
-		switch {
-		case errors.Is(err, ErrKeyExists):
-			writeAdminError(w, &openai.Error{Status: http.StatusConflict, Type: openai.TypeInvalidRequest, Param: "id", Message: err.Error()})
-		case errors.Is(err, ErrInvalidKey):
-			writeAdminError(w, openai.InvalidRequest("id", "%v", err))
-		case err != nil:
-			writeAdminError(w, unavailable("%v", err))
-		default:
-			c.log.Info("api key created", "key", k.ID, "admin", k.Admin)
-			writeJSON(w, http.StatusCreated, k)
-		}
-	})
-	mux.HandleFunc("DELETE /v1/admin/keys/{id}", func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("id")
-		err := c.RevokeAPIKey(r.Context(), id)
-		switch {
-		case errors.Is(err, ErrKeyNotFound):
-			writeAdminError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Param: "id", Message: err.Error()})
-		case err != nil:
-			writeAdminError(w, unavailable("%v", err))
-		default:
-			c.log.Info("api key revoked", "key", id)
-			writeJSON(w, http.StatusOK, map[string]any{"id": id, "revoked": true})
-		}
-	})
-	mux.HandleFunc("POST /v1/admin/drain", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Node      string `json:"node"`
-			TimeoutMS int64  `json:"timeout_ms,omitempty"`
-		}
-		if oe := readJSON(r, &req); oe != nil {
-			writeAdminError(w, oe)
-			return
-		}
-		if req.Node == "" {
-			writeAdminError(w, openai.InvalidRequest("node", "node must be set"))
-			return
-		}
-		if req.TimeoutMS < 0 {
-			writeAdminError(w, openai.InvalidRequest("timeout_ms", "timeout_ms %d must not be negative", req.TimeoutMS))
-			return
-		}
-		resp, err := c.DrainNode(r.Context(), req.Node, time.Duration(req.TimeoutMS)*time.Millisecond)
-		switch {
-		case errors.Is(err, ErrNodeNotFound):
-			writeAdminError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Param: "node", Message: err.Error()})
-		case errors.Is(err, ErrNotWorker):
-			writeAdminError(w, openai.InvalidRequest("node", "%v", err))
-		case err != nil:
-			writeAdminError(w, unavailable("%v", err))
-		default:
-			writeJSON(w, http.StatusAccepted, resp)
-		}
-	})
-	mux.HandleFunc("GET /v1/admin/drain/{node}", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, c.NodeDrainState(r.PathValue("node")))
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if oe := c.checkAdmin(r); oe != nil {
-			writeAdminError(w, oe)
-			return
-		}
-		if _, pattern := mux.Handler(r); pattern == "" {
-			writeAdminError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest,
-				Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)})
-			return
-		}
-		mux.ServeHTTP(w, r) // sets the path values
-	})
+// HashKey is the stored form of an API key secret.
+func HashKey(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
 }
 
-func readJSON(r *http.Request, v any) *openai.Error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxAdminBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: openai.TypeInvalidRequest,
-				Message: fmt.Sprintf("request body exceeds %d bytes", maxAdminBody)}
+// Check implements api.KeyChecker against the replicated key hashes. While
+// no keys are stored everyone is let in; the id is then derived from the
+// bearer token the client sent (if any) so that fairness still tells
+// clients apart.
+func (c *Coordinator) Check(ctx context.Context, key string) (string, error) {
+	h := HashKey(key)
+	c.fsm.mu.RLock()
+	defer c.fsm.mu.RUnlock()
+	if len(c.fsm.state.APIKeys) == 0 {
+		if key == "" {
+			return "", nil
 		}
-		return openai.InvalidRequest("", "invalid JSON body: %v", err)
+		return "anon-" + h[:12], nil
 	}
-	return nil
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
-func writeAdminError(w http.ResponseWriter, e *openai.Error) {
-	if e.RetryAfter > 0 {
-		w.Header().Set("Retry-After", fmt.Sprint(int(e.RetryAfter.Seconds()+0.999)))
+	if k, ok := c.fsm.state.APIKeys[h]; ok && key != "" {
+		c.keyUse.used(k.ID) // last use, recorded through Raft
+		return k.ID, nil
 	}
-	writeJSON(w, e.HTTPStatus(), openai.ErrorResponse{Error: e})
+	return "", unauthorized("Incorrect API key provided.")
 }

@@ -18,24 +18,23 @@ import (
 	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/coordinator"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/worker"
 )
 
-// serveHTTP mounts the coordinator like the CLI does: admin endpoints,
-// status, and the OpenAI API with the coordinator as key checker.
+// serveHTTP serves the coordinator like the CLI does: the OpenAI API with
+// the coordinator as key checker, and its admin endpoints (keys, drain,
+// model registry, status).
 func serveHTTP(t *testing.T, c *coordinator.Coordinator) *httptest.Server {
 	t.Helper()
 	acfg := api.DefaultConfig()
 	acfg.Auth = c
+	acfg.Admin = c
 	srv, err := api.New(acfg, c, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle(coordinator.AdminPath, c.AdminHandler())
-	mux.Handle(coordinator.StatusPath, c.StatusHandler())
-	mux.Handle("/", srv.Handler())
-	hs := httptest.NewServer(mux)
+	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return hs
 }
@@ -218,7 +217,7 @@ func TestKeyMaxStreams(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	var open []api.Stream
+	var open []job.Stream
 	for i := 0; i < 2; i++ {
 		s, err := c.Submit(ctx, chatJob("a", "alice", words(40), 40))
 		if err != nil {
@@ -248,5 +247,36 @@ func TestKeyMaxStreams(t *testing.T) {
 	open[1].Close()
 	if n := c.OpenStreams("alice"); n != 0 {
 		t.Fatalf("open streams of alice after all closed: got %d, want 0", n)
+	}
+}
+
+// TestCreateAPIKeyWithSecret: an operator-chosen secret (coordinator
+// --api-key) goes through the same validation as a key created over HTTP,
+// replaces a stored key of its id (a restart with the same or a changed
+// flag), and authenticates with exactly that secret.
+func TestCreateAPIKeyWithSecret(t *testing.T) {
+	c, _ := startCoordinator(t, coordConfig(t, "c1", nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.CreateAPIKey(ctx, coordinator.KeyRequest{ID: "bad id", Secret: "sk-x"}); !errors.Is(err, coordinator.ErrInvalidKey) {
+		t.Fatalf("id with a space: error %v, want ErrInvalidKey", err)
+	}
+	for _, secret := range []string{"sk-one", "sk-one", "sk-two"} {
+		k, err := c.CreateAPIKey(ctx, coordinator.KeyRequest{ID: "team", Name: "team", Secret: secret})
+		if err != nil || k.Secret != secret {
+			t.Fatalf("create team with %s: %+v, %v", secret, k, err)
+		}
+	}
+	if n := len(c.Keys()); n != 1 {
+		t.Fatalf("%d keys stored, want 1 (re-creating with a secret replaces)", n)
+	}
+	if id, err := c.Check(ctx, "sk-two"); err != nil || id != "team" {
+		t.Errorf("check sk-two: %q, %v; want team", id, err)
+	}
+	if _, err := c.Check(ctx, "sk-one"); err == nil {
+		t.Error("the replaced secret sk-one still authenticates")
+	}
+	if _, err := c.CreateAPIKey(ctx, coordinator.KeyRequest{ID: "team"}); !errors.Is(err, coordinator.ErrKeyExists) {
+		t.Errorf("random secret for a stored id: error %v, want ErrKeyExists", err)
 	}
 }

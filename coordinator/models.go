@@ -1,6 +1,6 @@
 package coordinator
 
-// Model registry and distribution (distrib, issue #10; docs/notes/distrib.md):
+// Model registry and distribution (docs/cluster.md, "Model placement and distribution"):
 //
 //   - `macpool models add|rm|ls` talk to the admin endpoints below; entries
 //     they add are Managed and replicated by Raft (cmdRegisterModel,
@@ -13,17 +13,14 @@ package coordinator
 //     (cluster.SubjectModelProgress); every coordinator keeps the last
 //     report of each live worker for `models ls` and the dashboard.
 //
-//	GET    /v1/admin/models          list: registry + placement + per-worker progress (API key, like status)
-//	POST   /v1/admin/models          add {name?, source, source_node?, size?, replicas?} (admin)
-//	DELETE /v1/admin/models/{name...} remove (admin)
+// The api package serves the registry under ModelsPath (api/admin lists
+// the endpoints) through ModelStatuses, AddManagedModel and
+// RemoveManagedModel.
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"path"
 	"slices"
 	"strings"
@@ -33,6 +30,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
 )
@@ -42,10 +40,18 @@ import (
 const cmdSetAssignment cmdType = 16
 
 // ModelsPath is the admin endpoint of the model registry.
-const ModelsPath = "/v1/admin/models"
+const ModelsPath = admin.ModelsPath
 
 // ErrModelNotFound is returned by RemoveManagedModel for a name not in the registry.
-var ErrModelNotFound = errors.New("no such model in the registry")
+var ErrModelNotFound = admin.ErrModelNotFound
+
+// The registry's wire types live in api/admin (the HTTP layer and the CLI
+// use them without importing the coordinator).
+type (
+	AddModelRequest  = admin.AddModelRequest
+	WorkerModelState = admin.WorkerModelState
+	ModelStatus      = admin.ModelStatus
+)
 
 // applySetAssignment runs under f.mu (from apply).
 func (f *fsm) applySetAssignment(body []byte) error {
@@ -170,19 +176,6 @@ func (c *Coordinator) Assignment(worker string) cluster.Assignment {
 	return out
 }
 
-// AddModelRequest is the body of POST /v1/admin/models.
-type AddModelRequest struct {
-	// Name clients use; default: the Hugging Face reference, or the base
-	// name of a local path.
-	Name string `json:"name,omitempty"`
-	// Source is a Hugging Face reference (ORG/NAME[@REV][:FILE]) or a path
-	// on SourceNode (or on the workers that have it).
-	Source     string `json:"source"`
-	SourceNode string `json:"source_node,omitempty"`
-	Size       int64  `json:"size,omitempty"`     // bytes, if known (placement waits for a report otherwise)
-	Replicas   int    `json:"replicas,omitempty"` // 0: every worker with room
-}
-
 // modelSpecFromRequest validates req and builds the registry entry.
 func modelSpecFromRequest(req AddModelRequest) (ModelSpec, *openai.Error) {
 	src := strings.TrimSpace(req.Source)
@@ -226,6 +219,7 @@ func (c *Coordinator) AddManagedModel(ctx context.Context, req AddModelRequest) 
 	if err := c.propose(ctx, cmdRegisterModel, spec); err != nil {
 		return ModelSpec{}, err
 	}
+	c.log.Info("model added", "model", spec.Name, "source", spec.Source, "node", spec.SourceNode)
 	return spec, nil
 }
 
@@ -248,25 +242,11 @@ func (c *Coordinator) RemoveManagedModel(ctx context.Context, name string) error
 		c.models.removed[name] = time.Now()
 		c.models.mu.Unlock()
 	}
-	return c.RemoveModel(ctx, name)
-}
-
-// WorkerModelState is one worker's state for a model in ModelStatus.
-type WorkerModelState struct {
-	Worker string `json:"worker"`
-	State  string `json:"state"` // a cluster.Model* state, "assigned" before the first report, "serving" for unmanaged models
-	Bytes  int64  `json:"bytes,omitempty"`
-	Total  int64  `json:"total,omitempty"`
-	From   string `json:"from,omitempty"`
-	Error  string `json:"error,omitempty"`
-}
-
-// ModelStatus is a registry entry with its placement and progress.
-type ModelStatus struct {
-	ModelSpec
-	Assigned []string           `json:"assigned"` // placement (managed models)
-	Serving  []string           `json:"serving"`  // workers serving it now (gossip)
-	Workers  []WorkerModelState `json:"workers"`
+	if err := c.RemoveModel(ctx, name); err != nil {
+		return err
+	}
+	c.log.Info("model removed", "model", name)
+	return nil
 }
 
 // ModelStatuses lists the registry with placement and live progress.
@@ -406,74 +386,6 @@ func (c *Coordinator) placeModels(members []cluster.Member, st State) {
 			c.log.Warn("set model placement", "model", name, "err", err)
 		}
 	}
-}
-
-func writeModelsJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v)
-}
-
-func writeModelsError(w http.ResponseWriter, oe *openai.Error) {
-	writeModelsJSON(w, oe.Status, openai.ErrorResponse{Error: oe})
-}
-
-// ModelsHandler serves the registry endpoints (mount at ModelsPath and ModelsPath+"/").
-func (c *Coordinator) ModelsHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+ModelsPath, func(w http.ResponseWriter, r *http.Request) {
-		scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !strings.EqualFold(scheme, "Bearer") {
-			key = ""
-		}
-		if _, err := c.Check(r.Context(), strings.TrimSpace(key)); err != nil {
-			writeModelsError(w, unauthorized("a valid API key is required"))
-			return
-		}
-		writeModelsJSON(w, http.StatusOK, map[string]any{"object": "list", "data": c.ModelStatuses()})
-	})
-	mux.HandleFunc("POST "+ModelsPath, func(w http.ResponseWriter, r *http.Request) {
-		if oe := c.checkAdmin(r); oe != nil {
-			writeModelsError(w, oe)
-			return
-		}
-		var req AddModelRequest
-		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeModelsError(w, openai.InvalidRequest("", "bad request body: %v", err))
-			return
-		}
-		spec, err := c.AddManagedModel(r.Context(), req)
-		var oe *openai.Error
-		switch {
-		case errors.As(err, &oe):
-			writeModelsError(w, oe)
-		case err != nil:
-			writeModelsError(w, unavailable("add model: %v", err))
-		default:
-			c.log.Info("model added", "model", spec.Name, "source", spec.Source, "node", spec.SourceNode)
-			writeModelsJSON(w, http.StatusCreated, spec)
-		}
-	})
-	mux.HandleFunc("DELETE "+ModelsPath+"/{name...}", func(w http.ResponseWriter, r *http.Request) {
-		if oe := c.checkAdmin(r); oe != nil {
-			writeModelsError(w, oe)
-			return
-		}
-		name := r.PathValue("name")
-		err := c.RemoveManagedModel(r.Context(), name)
-		switch {
-		case errors.Is(err, ErrModelNotFound):
-			writeModelsError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Param: "name", Message: err.Error()})
-		case err != nil:
-			writeModelsError(w, unavailable("remove model: %v", err))
-		default:
-			c.log.Info("model removed", "model", name)
-			writeModelsJSON(w, http.StatusOK, map[string]any{"name": name, "removed": true})
-		}
-	})
-	return mux
 }
 
 // modelInstalls maps each managed model with a placement to its workers'

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,8 +103,7 @@ func modelStatus(t *testing.T, base, name string) (coordinator.ModelStatus, bool
 func TestPlacedModelPulledFromPeer(t *testing.T) {
 	cfg := coordConfig(t, "c1", nil)
 	c, _ := startCoordinator(t, cfg)
-	srv := httptest.NewServer(c.ModelsHandler())
-	defer srv.Close()
+	srv := serveHTTP(t, c)
 
 	src := filepath.Join(t.TempDir(), "qwen3-tiny")
 	copyDir(t, "../testdata/hf/qwen3", src)
@@ -225,8 +223,7 @@ func copyDir(t *testing.T, from, to string) {
 func TestPlacedHubModelDownloadedOnce(t *testing.T) {
 	cfg := coordConfig(t, "c1", nil)
 	c, _ := startCoordinator(t, cfg)
-	srv := httptest.NewServer(c.ModelsHandler())
-	defer srv.Close()
+	srv := serveHTTP(t, c)
 	cache := filepath.Join(t.TempDir(), "hub-snapshot")
 	copyDir(t, "../testdata/hf/qwen3", cache)
 	var resolves sync.Map // worker -> calls

@@ -256,7 +256,7 @@ func testSecretTwoCoordinators(t *testing.T, clustered bool) {
 		})
 	}
 	eventually(t, 15*time.Second, "2 raft voters", func() bool { return len(coords[0].RaftServers()) == 2 })
-	if err := coords[1].AddAPIKey(ctx, "k1", "k1", "sk-1"); err != nil {
+	if _, err := coords[1].CreateAPIKey(ctx, coordinator.KeyRequest{ID: "k1", Name: "k1", Secret: "sk-1"}); err != nil {
 		t.Fatalf("raft write through the follower: %v", err)
 	}
 	for _, c := range coords {
@@ -286,7 +286,7 @@ func TestSecretConfigValidate(t *testing.T) {
 // worker -> frames) of an open cluster with one that has a secret (TLS on
 // every NATS connection, encrypted gossip): sequential latency and the
 // rate with 32 clients. MACPOOL_BENCH_N sets the sequential requests
-// (default 100). The numbers are logged (docs/notes/security.md).
+// (default 100). The numbers are logged (docs/security.md).
 func TestSecretOverhead(t *testing.T) {
 	n := 100
 	if v := os.Getenv("MACPOOL_BENCH_N"); v != "" {

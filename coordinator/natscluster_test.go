@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -183,7 +183,7 @@ type gateEngine struct {
 	entered chan struct{}
 }
 
-func (e *gateEngine) GenerateResume(ctx context.Context, job *api.Job, r *worker.Resume, emit func(*api.Event, []int) error) error {
+func (e *gateEngine) GenerateResume(ctx context.Context, job *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error {
 	if c := job.Chat.Messages[0].Content; c != nil && strings.HasPrefix(c.Text, "busy") {
 		e.entered <- struct{}{}
 		select {

@@ -5,7 +5,7 @@ import (
 	"slices"
 )
 
-// Placement of managed models on workers (distrib, docs/notes/distrib.md).
+// Placement of managed models on workers (docs/cluster.md, "Model placement and distribution").
 // The leader computes it from the registry and the workers' gossiped
 // memory whenever membership changes, and stores it in State.Assign.
 

@@ -2,8 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -180,46 +178,6 @@ func (c *Coordinator) RemoveModel(ctx context.Context, name string) error {
 	return c.propose(ctx, cmdRemoveModel, nameCmd{Name: name})
 }
 
-// HashKey is the stored form of an API key secret.
-func HashKey(secret string) string {
-	h := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(h[:])
-}
-
-// AddAPIKey stores the hash of secret under id.
-func (c *Coordinator) AddAPIKey(ctx context.Context, id, name, secret string) error {
-	if id == "" || secret == "" {
-		return errors.New("add api key: id and secret must be set")
-	}
-	return c.propose(ctx, cmdPutAPIKey, APIKey{ID: id, Name: name, Hash: HashKey(secret)})
-}
-
-// RemoveAPIKey deletes the key with this id.
-func (c *Coordinator) RemoveAPIKey(ctx context.Context, id string) error {
-	return c.propose(ctx, cmdDeleteAPIKey, nameCmd{Name: id})
-}
-
-// Check implements api.KeyChecker against the replicated key hashes. While
-// no keys are stored everyone is let in; the id is then derived from the
-// bearer token the client sent (if any) so that fairness still tells
-// clients apart.
-func (c *Coordinator) Check(ctx context.Context, key string) (string, error) {
-	h := HashKey(key)
-	c.fsm.mu.RLock()
-	defer c.fsm.mu.RUnlock()
-	if len(c.fsm.state.APIKeys) == 0 {
-		if key == "" {
-			return "", nil
-		}
-		return "anon-" + h[:12], nil
-	}
-	if k, ok := c.fsm.state.APIKeys[h]; ok && key != "" {
-		c.keyUse.used(k.ID) // last use, recorded through Raft (keys.go)
-		return k.ID, nil
-	}
-	return "", unauthorized("Incorrect API key provided.")
-}
-
 // leaderLoop runs the leader-only tasks while this node leads.
 func (c *Coordinator) leaderLoop(ctx context.Context) {
 	obs := make(chan raft.Observation, 16)
@@ -345,7 +303,7 @@ func (c *Coordinator) reconcile(ctx context.Context) {
 	}
 	st := c.fsm.snapshot()
 	for model, workers := range placement {
-		if _, ok := st.Models[model]; !ok && !c.recentlyRemoved(model) { // distrib: a removed managed model being unloaded
+		if _, ok := st.Models[model]; !ok && !c.recentlyRemoved(model) { // a removed managed model being unloaded
 			if err := c.applyCmd(cmdRegisterModel, ModelSpec{Name: model, Source: "worker:" + workers[0], Created: time.Now().Unix()}); err != nil {
 				c.log.Warn("register model", "model", model, "err", err)
 			}
@@ -364,7 +322,7 @@ func (c *Coordinator) reconcile(ctx context.Context) {
 			}
 		}
 	}
-	c.placeModels(members, c.fsm.snapshot()) // distrib: managed models onto workers (models.go)
+	c.placeModels(members, c.fsm.snapshot()) // managed models onto workers (models.go)
 }
 
 func (c *Coordinator) applyCmd(t cmdType, body any) error {

@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -21,27 +17,6 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-func queued(t *testing.T, url, model string) uint64 {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, cluster.StreamName(model))
-	if err != nil {
-		t.Fatalf("stream: %v", err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
 }
 
 // A job waiting in the queue is stored by JetStream in the data dir: it is

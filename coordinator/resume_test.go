@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/macpool/macpool/api"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/metrics"
 	"github.com/macpool/macpool/worker"
 )
@@ -18,9 +18,9 @@ type stallEngine struct {
 	after int
 }
 
-func (e *stallEngine) GenerateResume(ctx context.Context, job *api.Job, r *worker.Resume, emit func(*api.Event, []int) error) error {
+func (e *stallEngine) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error {
 	n := 0
-	return e.TestEngine.GenerateResume(ctx, job, r, func(ev *api.Event, toks []int) error {
+	return e.TestEngine.GenerateResume(ctx, j, r, func(ev *job.Event, toks []int) error {
 		n += len(toks)
 		if r == nil && n > e.after {
 			<-ctx.Done()
@@ -33,8 +33,8 @@ func (e *stallEngine) GenerateResume(ctx context.Context, job *api.Job, r *worke
 // generateOnly is e without resume support (no token ids).
 type generateOnly struct{ e *stallEngine }
 
-func (g generateOnly) Generate(ctx context.Context, job *api.Job, emit func(*api.Event) error) error {
-	return g.e.GenerateResume(ctx, job, nil, func(ev *api.Event, _ []int) error { return emit(ev) })
+func (g generateOnly) Generate(ctx context.Context, j *job.Job, emit func(*job.Event) error) error {
+	return g.e.GenerateResume(ctx, j, nil, func(ev *job.Event, _ []int) error { return emit(ev) })
 }
 
 func TestStalledWorkerFailsOver(t *testing.T) {
@@ -69,7 +69,7 @@ func TestStalledWorkerFailsOver(t *testing.T) {
 			}
 			var text strings.Builder
 			roles, workers := 0, map[string]bool{}
-			var last *api.Event
+			var last *job.Event
 			for {
 				ev, err := s.Recv(ctx)
 				if err != nil {

@@ -19,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/cluster"
-	"github.com/macpool/macpool/engine/prefixkey"
+	"github.com/macpool/macpool/job"
+	"github.com/macpool/macpool/prefix"
 )
 
 const (
@@ -130,7 +130,7 @@ func (c *Coordinator) routeLoop(ctx context.Context) {
 }
 
 func (c *Coordinator) onPrefix(m *nats.Msg) {
-	var ps cluster.PrefixSummary
+	var ps prefix.Summary
 	if err := json.Unmarshal(m.Data, &ps); err != nil || ps.Node == "" || ps.Model == "" {
 		c.log.Debug("malformed prefix summary", "subject", m.Subject, "err", err)
 		return
@@ -153,7 +153,7 @@ func (c *Coordinator) onPrefix(m *nats.Msg) {
 // routeCandidate is a worker holding a prefix of a job.
 type routeCandidate struct {
 	node       string
-	match      int // keys of the job's chain the worker holds (prefixkey.Longest)
+	match      int // keys of the job's chain the worker holds (prefix.Longest)
 	free       int // free slots (gossip)
 	freeBlocks int
 }
@@ -161,14 +161,8 @@ type routeCandidate struct {
 // routeCandidates returns the live, not leaving workers serving the job's model
 // that hold a prefix of it: longest match first, then most free slots,
 // then most free KV blocks.
-func (c *Coordinator) routeCandidates(job *api.Job) []routeCandidate {
-	var keys []uint64
-	switch {
-	case job.Chat != nil:
-		keys = prefixkey.Chat(job.Chat)
-	case job.Completion != nil:
-		keys = prefixkey.Completion(job.Completion)
-	}
+func (c *Coordinator) routeCandidates(job *job.Job) []routeCandidate {
+	keys := prefix.Of(job)
 	if len(keys) == 0 {
 		return nil
 	}
@@ -186,7 +180,7 @@ func (c *Coordinator) routeCandidates(job *api.Job) []routeCandidate {
 		if !ok || time.Since(s.at) > prefixTTL {
 			continue
 		}
-		n := prefixkey.Longest(keys, func(k uint64) bool { _, ok := s.keys[k]; return ok })
+		n := prefix.Longest(keys, func(k uint64) bool { _, ok := s.keys[k]; return ok })
 		if n > 0 {
 			out = append(out, routeCandidate{node: w.Name, match: n, free: w.Meta.Free, freeBlocks: s.freeBlocks})
 		}

@@ -12,18 +12,18 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
-	"github.com/macpool/macpool/engine/prefixkey"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/metrics"
+	"github.com/macpool/macpool/prefix"
 	"github.com/macpool/macpool/worker"
 )
 
 // convJob is turn `turns` of conversation conv: user questions (the last
 // of words words, the others of 3), with an assistant answer between them.
-func convJob(id string, conv, turns, words, maxTokens int) *api.Job {
+func convJob(id string, conv, turns, words, maxTokens int) *job.Job {
 	var msgs []openai.ChatMessage
 	for i := 0; i < turns; i++ {
 		q := make([]string, 3)
@@ -44,8 +44,8 @@ func convJob(id string, conv, turns, words, maxTokens int) *api.Job {
 }
 
 // lastKey is the deepest prefix key of a job (what its worker advertises).
-func lastKey(job *api.Job) uint64 {
-	k := prefixkey.Chat(job.Chat)
+func lastKey(job *job.Job) uint64 {
+	k := prefix.Chat(job.Chat)
 	return k[len(k)-1]
 }
 
@@ -158,7 +158,7 @@ func ghost(t *testing.T, c *coordinator.Coordinator, nc *nats.Conn, keys []uint6
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ml.Close() })
-	b, _ := json.Marshal(cluster.PrefixSummary{Node: "ghost", Model: testModel, Keys: keys})
+	b, _ := json.Marshal(prefix.Summary{Node: "ghost", Model: testModel, Keys: keys})
 	eventually(t, 5*time.Second, "ghost's summary", func() bool {
 		nc.Publish(cluster.PrefixSubject(testModel, "ghost"), b)
 		nc.Flush()
@@ -189,7 +189,7 @@ func TestPrefixRoutingLosesNoJob(t *testing.T) {
 				defer sub.Unsubscribe()
 			}
 			job := convJob("follow-up", 7, 2, 3, 3)
-			ghost(t, c, nc, prefixkey.Chat(job.Chat)[:1])
+			ghost(t, c, nc, prefix.Chat(job.Chat)[:1])
 
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -223,7 +223,7 @@ type countingEngine struct {
 	now, peak int
 }
 
-func (e *countingEngine) GenerateResume(ctx context.Context, job *api.Job, r *worker.Resume, emit func(*api.Event, []int) error) error {
+func (e *countingEngine) GenerateResume(ctx context.Context, job *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error {
 	e.mu.Lock()
 	e.now++
 	e.peak = max(e.peak, e.now)

@@ -16,13 +16,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
+	"github.com/macpool/macpool/job"
 )
-
-var _ api.Service = (*Coordinator)(nil)
-var _ api.KeyChecker = (*Coordinator)(nil)
 
 func unavailable(format string, args ...any) *openai.Error {
 	return openai.Unavailable(format, args...)
@@ -168,7 +165,7 @@ func (c *Coordinator) ensureStream(ctx context.Context, model string) error {
 
 // Submit implements api.Service: the job is published on the model's
 // JetStream work queue and the returned stream relays the worker's frames.
-func (c *Coordinator) Submit(ctx context.Context, job *api.Job) (api.Stream, error) {
+func (c *Coordinator) Submit(ctx context.Context, job *job.Job) (job.Stream, error) {
 	if c.stopCtx.Err() != nil {
 		return nil, unavailable("coordinator %s is shutting down", c.cfg.Name)
 	}
@@ -274,7 +271,7 @@ func transient(err error) bool {
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
-func (c *Coordinator) publishError(job *api.Job, err error) *openai.Error {
+func (c *Coordinator) publishError(job *job.Job, err error) *openai.Error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "maximum messages per subject"):
@@ -404,7 +401,7 @@ func (c *Coordinator) watchMembers(ctx context.Context) {
 type stream struct {
 	c     *Coordinator
 	model string
-	job   *api.Job // kept to requeue it after a worker failure
+	job   *job.Job // kept to requeue it after a worker failure
 
 	mu        sync.Mutex
 	id        string    // job id of the current attempt (reply and cancel subjects)
@@ -412,7 +409,7 @@ type stream struct {
 	worker    string    // set by the start frame
 	lastFrame time.Time // arrival of the last frame
 	next      uint64    // next expected frame seq
-	events    []*api.Event
+	events    []*job.Event
 	done      bool
 	notify    chan struct{}
 
@@ -499,7 +496,7 @@ func (s *stream) frame(f cluster.Frame, m *nats.Msg) {
 	case cluster.FrameEvent:
 		var ce cluster.Event
 		if err := json.Unmarshal(f.Payload, &ce); err != nil {
-			s.events = append(s.events, &api.Event{Worker: s.worker, Err: openai.ServerError("malformed event from worker: %v", err)})
+			s.events = append(s.events, &job.Event{Worker: s.worker, Err: openai.ServerError("malformed event from worker: %v", err)})
 			s.done = true
 		} else if ev := s.track(&ce); ev != nil {
 			s.events = append(s.events, ev)
@@ -515,12 +512,12 @@ func (s *stream) frame(f cluster.Frame, m *nats.Msg) {
 			s.c.failover(s.c.stopCtx, s, w, oe.Message, true)
 			return
 		}
-		s.events = append(s.events, &api.Event{Worker: s.worker, Err: oe})
+		s.events = append(s.events, &job.Event{Worker: s.worker, Err: oe})
 		s.done = true
 	case cluster.FrameEnd:
 		s.done = true
 	default:
-		s.events = append(s.events, &api.Event{Worker: s.worker, Err: openai.ServerError("unknown frame kind %q", f.Kind)})
+		s.events = append(s.events, &job.Event{Worker: s.worker, Err: openai.ServerError("unknown frame kind %q", f.Kind)})
 		s.done = true
 	}
 	if s.done {
@@ -533,7 +530,7 @@ func (s *stream) frame(f cluster.Frame, m *nats.Msg) {
 // track records what a failover needs from an event (tokens, role and
 // finish per choice) and drops what a resumed attempt repeats. It returns
 // the event to deliver, or nil. s.mu is held.
-func (s *stream) track(ce *cluster.Event) *api.Event {
+func (s *stream) track(ce *cluster.Event) *job.Event {
 	ev := &ce.Event
 	i := ev.Choice
 	hasText := ev.Text != "" || ev.Reasoning != "" || len(ev.ToolCalls) > 0
@@ -577,7 +574,7 @@ const maxFailovers = 3
 
 // failover moves a running job whose worker (w) died or stalled to another
 // worker: it is requeued under a new id with the tokens the client already
-// has, and the new worker continues from them (worker.ResumeEngine). A job
+// has, and the new worker continues from them (job.ResumeEngine). A job
 // that cannot resume (its engine reports no token ids, no other live worker
 // serves the model, too many failovers) fails with a 503 event instead.
 func (c *Coordinator) failover(ctx context.Context, s *stream, w, reason string, needOther bool) {
@@ -590,7 +587,7 @@ func (c *Coordinator) failover(ctx context.Context, s *stream, w, reason string,
 	for _, m := range c.workersFor(s.model) {
 		others = others || !needOther || m.Name != w
 	}
-	if !s.resumable || !others || s.attempts >= maxFailovers || s.job.Kind == api.KindEmbedding {
+	if !s.resumable || !others || s.attempts >= maxFailovers || s.job.Kind == job.KindEmbedding {
 		s.mu.Unlock()
 		s.fail(unavailable("%s", reason))
 		return
@@ -655,7 +652,7 @@ func (c *Coordinator) failover(ctx context.Context, s *stream, w, reason string,
 func (s *stream) fail(e *openai.Error) {
 	s.mu.Lock()
 	if !s.done {
-		s.events = append(s.events, &api.Event{Worker: s.worker, Err: e})
+		s.events = append(s.events, &job.Event{Worker: s.worker, Err: e})
 		s.done = true
 		s.c.streams.Delete(s.id)
 	}
@@ -663,8 +660,8 @@ func (s *stream) fail(e *openai.Error) {
 	s.wake()
 }
 
-// Recv implements api.Stream.
-func (s *stream) Recv(ctx context.Context) (*api.Event, error) {
+// Recv implements job.Stream.
+func (s *stream) Recv(ctx context.Context) (*job.Event, error) {
 	for {
 		s.mu.Lock()
 		if len(s.events) > 0 {
@@ -687,7 +684,7 @@ func (s *stream) Recv(ctx context.Context) (*api.Event, error) {
 	}
 }
 
-// Close implements api.Stream: a running job is cancelled on its worker, a
+// Close implements job.Stream: a running job is cancelled on its worker, a
 // queued one is deleted from the queue.
 func (s *stream) Close() error {
 	s.closeOnce.Do(func() {

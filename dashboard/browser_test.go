@@ -19,6 +19,7 @@ import (
 
 	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/metrics"
 )
 
@@ -29,7 +30,7 @@ type scripted struct {
 	gap    time.Duration
 
 	mu   sync.Mutex
-	jobs []*api.Job
+	jobs []*job.Job
 }
 
 func (s *scripted) Models(ctx context.Context) ([]openai.Model, error) {
@@ -38,20 +39,20 @@ func (s *scripted) Models(ctx context.Context) ([]openai.Model, error) {
 
 func (s *scripted) Ready(ctx context.Context) error { return nil }
 
-func (s *scripted) Submit(ctx context.Context, job *api.Job) (api.Stream, error) {
+func (s *scripted) Submit(ctx context.Context, j *job.Job) (job.Stream, error) {
 	s.mu.Lock()
-	s.jobs = append(s.jobs, job)
+	s.jobs = append(s.jobs, j)
 	s.mu.Unlock()
-	evs := []*api.Event{{Worker: "mac-studio-1", Role: "assistant"}}
+	evs := []*job.Event{{Worker: "mac-studio-1", Role: "assistant"}}
 	for _, d := range s.deltas {
-		evs = append(evs, &api.Event{Worker: "mac-studio-1", Text: d})
+		evs = append(evs, &job.Event{Worker: "mac-studio-1", Text: d})
 	}
-	evs = append(evs, &api.Event{Worker: "mac-studio-1", FinishReason: "stop",
+	evs = append(evs, &job.Event{Worker: "mac-studio-1", FinishReason: "stop",
 		Usage: &openai.Usage{PromptTokens: 9, CompletionTokens: len(s.deltas), TotalTokens: 9 + len(s.deltas)}})
 	return &scriptedStream{evs: evs, gap: s.gap}, nil
 }
 
-func (s *scripted) lastJob() *api.Job {
+func (s *scripted) lastJob() *job.Job {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.jobs) == 0 {
@@ -61,11 +62,11 @@ func (s *scripted) lastJob() *api.Job {
 }
 
 type scriptedStream struct {
-	evs []*api.Event
+	evs []*job.Event
 	gap time.Duration
 }
 
-func (s *scriptedStream) Recv(ctx context.Context) (*api.Event, error) {
+func (s *scriptedStream) Recv(ctx context.Context) (*job.Event, error) {
 	if len(s.evs) == 0 {
 		return nil, io.EOF
 	}
@@ -243,7 +244,7 @@ func TestBrowser(t *testing.T) {
 	// The page keeps polling: the queue of qwen3-8b grows with every poll.
 	q1 := strings.TrimSpace(text(`tr[data-model="qwen3-8b"] td.queued`))
 	poll("queue to grow", `parseInt(document.querySelector('tr[data-model="qwen3-8b"] td.queued').textContent, 10) > `+q1)
-	// distrib: a placed model still being fetched shows its progress.
+	// a placed model still being fetched shows its progress.
 	if m := text(`tr[data-model="qwen3-8b"]`); !strings.Contains(m, "mac-mini-2: fetching 25% (peers)") || strings.Contains(m, "mac-studio-1: ready") {
 		t.Errorf("model row %q lacks the install progress of mac-mini-2 (only)", m)
 	}

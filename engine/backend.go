@@ -62,7 +62,7 @@ type AttnSeq struct {
 	// computed so that their bits do not depend on how the prompt is
 	// chunked, and the rest are generated rows, computed exactly as a
 	// one-row decode step computes them, so a resume that prefills them
-	// (failover) gets the bits their decode steps had (docs/notes/invariance.md).
+	// (failover) gets the bits their decode steps had (docs/engine.md, "Batch invariance").
 	GEMMRows int
 }
 

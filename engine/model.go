@@ -111,7 +111,7 @@ type Options struct {
 	Backend string // registered backend name; "" means "cpu"
 	Threads int    // backend worker threads; 0 means runtime.NumCPU()
 	// Quantize converts float weight matrices at load: "" (keep), "q8"
-	// (Q8_0) or "q4" (Q4_0); see docs/notes/kernels.md.
+	// (Q8_0) or "q4" (Q4_0); see docs/engine.md, "CPU backend and kernels".
 	Quantize string
 	// ExactMatMul multiplies quantized weights with float32 activations
 	// (exact up to rounding: matches the dequantized references to ~1e-6).

@@ -322,7 +322,7 @@ func (p *KVPool) NeedsSnapshots() bool { return p.needSnap && p.canSnap && p.cfg
 // DeltaNetChunk. There a prompt's recurrent state is made of whole delta-rule
 // chunks, the same bits however the prompt was split into calls, so a
 // sequence resuming from it computes what it would have computed without it
-// (docs/notes/invariance.md).
+// (docs/engine.md, "Batch invariance").
 func (p *KVPool) SnapshotStride() int {
 	a, b := p.cfg.BlockSize, DeltaNetChunk
 	for b != 0 {

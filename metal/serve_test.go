@@ -14,27 +14,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/checkpoint"
 	_ "github.com/macpool/macpool/engine/cpu"
-	"github.com/macpool/macpool/engine/serve"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/metal/gpu"
+	"github.com/macpool/macpool/runner"
 )
 
 // serveTokens runs a greedy completion job on e and returns the generated ids.
 // With logprobs the request needs its logits (no GPU argmax).
-func serveTokens(ctx context.Context, e *serve.Engine, prompt []int, maxTokens int, logprobs bool) ([]int, error) {
+func serveTokens(ctx context.Context, e *runner.Runner, prompt []int, maxTokens int, logprobs bool) ([]int, error) {
 	temp, one := 0.0, 1
-	job := &api.Job{ID: "t", Kind: api.KindCompletion, Model: "test", Completion: &openai.CompletionRequest{
+	j := &job.Job{ID: "t", Kind: job.KindCompletion, Model: "test", Completion: &openai.CompletionRequest{
 		Model: "test", Prompt: openai.Prompt{Tokens: [][]int{prompt}}, MaxTokens: &maxTokens, Temperature: &temp}}
 	if logprobs {
-		job.Completion.Logprobs = &one
+		j.Completion.Logprobs = &one
 	}
 	var mu sync.Mutex
 	var ids []int
-	err := e.GenerateResumeTokens(ctx, job, nil, func(_ *api.Event, t []int) error {
+	err := e.GenerateResume(ctx, j, nil, func(_ *job.Event, t []int) error {
 		mu.Lock()
 		ids = append(ids, t...)
 		mu.Unlock()
@@ -91,11 +91,11 @@ func serveMatchesCPU(t *testing.T, name, dir string, prompts [][]int) {
 		m := loadCounting(t, name, backend, &argmaxes)
 		// The fixture's EOS ids lie outside its vocabulary: pick one inside.
 		m.Config().EOSTokenIDs = []int{1023}
-		cfg := serve.DefaultConfig()
+		cfg := runner.DefaultConfig()
 		cfg.ModelDir, cfg.Model, cfg.ModelName = dir, m, "test"
 		cfg.MaxContext, cfg.KVBlockSize = 256, 8
 		t0 := time.Now()
-		e, err := serve.New(cfg, nil)
+		e, err := runner.New(cfg, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", backend, err)
 		}

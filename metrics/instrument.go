@@ -8,11 +8,21 @@ import (
 	"sync"
 	"time"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
-// Instrument wraps an api.Service (the coordinator) so that every request is
+// Service is the request path that Instrument wraps: the method set of
+// api.Service, declared here so that metrics does not depend on the HTTP
+// layer. What Instrument returns is again a Service, so it can be handed to
+// api.New in place of the coordinator.
+type Service interface {
+	Models(ctx context.Context) ([]openai.Model, error)
+	Ready(ctx context.Context) error
+	Submit(ctx context.Context, req *job.Job) (job.Stream, error)
+}
+
+// Instrument wraps a Service (the coordinator) so that every request is
 // recorded without changes to the service: status and duration, time to
 // first token, inter-token latency, generated and prompt tokens per worker,
 // prefix-cache lookups (a request whose usage reports cached prompt tokens is
@@ -21,7 +31,7 @@ import (
 // records it with ObserveQueueWait.
 //
 // The clock is time.Now; a nil r returns svc unchanged.
-func (r *Registry) Instrument(svc api.Service) api.Service {
+func (r *Registry) Instrument(svc Service) Service {
 	if r == nil {
 		return svc
 	}
@@ -29,12 +39,12 @@ func (r *Registry) Instrument(svc api.Service) api.Service {
 }
 
 type instrumented struct {
-	api.Service
+	Service
 	r   *Registry
 	now func() time.Time
 }
 
-func (s *instrumented) Submit(ctx context.Context, job *api.Job) (api.Stream, error) {
+func (s *instrumented) Submit(ctx context.Context, job *job.Job) (job.Stream, error) {
 	start := s.now()
 	st, err := s.Service.Submit(ctx, job)
 	if err != nil {
@@ -46,13 +56,13 @@ func (s *instrumented) Submit(ctx context.Context, job *api.Job) (api.Stream, er
 	return &instrumentedStream{Stream: st, s: s, job: job, start: start}, nil
 }
 
-// instrumentedStream follows the api.Stream contract: Recv from one
+// instrumentedStream follows the job.Stream contract: Recv from one
 // goroutine, then Close once; mu only guards against a Close racing a Recv
 // in a misbehaving caller.
 type instrumentedStream struct {
-	api.Stream
+	job.Stream
 	s     *instrumented
-	job   *api.Job
+	job   *job.Job
 	start time.Time
 
 	mu       sync.Mutex
@@ -63,7 +73,7 @@ type instrumentedStream struct {
 	recorded bool
 }
 
-func (t *instrumentedStream) Recv(ctx context.Context) (*api.Event, error) {
+func (t *instrumentedStream) Recv(ctx context.Context) (*job.Event, error) {
 	ev, err := t.Stream.Recv(ctx)
 	now := t.s.now()
 	t.mu.Lock()

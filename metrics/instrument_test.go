@@ -10,34 +10,34 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // fakeService answers every Submit with its error or a stream of its events.
 type fakeService struct {
 	err    error
-	events []*api.Event
+	events []*job.Event
 	clock  *fakeClock
 	step   time.Duration // clock advance per Recv
 }
 
 func (f *fakeService) Models(ctx context.Context) ([]openai.Model, error) { return nil, nil }
 func (f *fakeService) Ready(ctx context.Context) error                    { return nil }
-func (f *fakeService) Submit(ctx context.Context, job *api.Job) (api.Stream, error) {
+func (f *fakeService) Submit(ctx context.Context, j *job.Job) (job.Stream, error) {
 	if f.err != nil {
 		return nil, f.err
 	}
-	return &fakeStream{evs: append([]*api.Event(nil), f.events...), f: f}, nil
+	return &fakeStream{evs: append([]*job.Event(nil), f.events...), f: f}, nil
 }
 
 type fakeStream struct {
-	evs    []*api.Event
+	evs    []*job.Event
 	f      *fakeService
 	closed int
 }
 
-func (s *fakeStream) Recv(ctx context.Context) (*api.Event, error) {
+func (s *fakeStream) Recv(ctx context.Context) (*job.Event, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -56,7 +56,7 @@ type fakeClock struct{ t time.Time }
 
 func (c *fakeClock) now() time.Time { return c.t }
 
-func instrument(r *Registry, f *fakeService) api.Service {
+func instrument(r *Registry, f *fakeService) Service {
 	f.clock = &fakeClock{t: time.Unix(1700000000, 0)}
 	svc := r.Instrument(f)
 	svc.(*instrumented).now = f.clock.now
@@ -65,7 +65,7 @@ func instrument(r *Registry, f *fakeService) api.Service {
 
 // drain runs a request as the api package does: Recv until EOF or error,
 // then Close once.
-func drain(t *testing.T, ctx context.Context, svc api.Service, job *api.Job, maxRecv int) error {
+func drain(t *testing.T, ctx context.Context, svc Service, job *job.Job, maxRecv int) error {
 	t.Helper()
 	st, err := svc.Submit(ctx, job)
 	if err != nil {
@@ -89,8 +89,8 @@ func drain(t *testing.T, ctx context.Context, svc api.Service, job *api.Job, max
 
 func TestInstrument(t *testing.T) {
 	r := New()
-	job := &api.Job{ID: "r1", Kind: api.KindChat, Model: "qwen3-8b"}
-	ok := &fakeService{step: 20 * time.Millisecond, events: []*api.Event{
+	j := &job.Job{ID: "r1", Kind: job.KindChat, Model: "qwen3-8b"}
+	ok := &fakeService{step: 20 * time.Millisecond, events: []*job.Event{
 		{Worker: "mac-1", Role: "assistant"},
 		{Worker: "mac-1", Text: "Hel"},
 		{Worker: "mac-1", Text: "lo"},
@@ -98,28 +98,28 @@ func TestInstrument(t *testing.T) {
 		{Worker: "mac-1", FinishReason: "stop", Usage: &openai.Usage{PromptTokens: 10, CompletionTokens: 5, TotalTokens: 15,
 			PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: 4}}},
 	}}
-	if err := drain(t, context.Background(), instrument(r, ok), job, 100); err != nil {
+	if err := drain(t, context.Background(), instrument(r, ok), j, 100); err != nil {
 		t.Fatal(err)
 	}
 	// Second request: no cache hit, and the client goes away after two events.
-	ok.events[4] = &api.Event{Worker: "mac-1", FinishReason: "stop", Usage: &openai.Usage{PromptTokens: 3, CompletionTokens: 3}}
-	if err := drain(t, context.Background(), instrument(r, ok), job, 100); err != nil {
+	ok.events[4] = &job.Event{Worker: "mac-1", FinishReason: "stop", Usage: &openai.Usage{PromptTokens: 3, CompletionTokens: 3}}
+	if err := drain(t, context.Background(), instrument(r, ok), j, 100); err != nil {
 		t.Fatal(err)
 	}
-	if err := drain(t, context.Background(), instrument(r, ok), job, 2); err != nil {
+	if err := drain(t, context.Background(), instrument(r, ok), j, 2); err != nil {
 		t.Fatal(err)
 	}
 	// Queue full at Submit.
 	full := &fakeService{err: openai.RateLimited(time.Second, "the queue is full")}
-	if err := drain(t, context.Background(), instrument(r, full), job, 100); err == nil {
+	if err := drain(t, context.Background(), instrument(r, full), j, 100); err == nil {
 		t.Fatal("want the 429")
 	}
 	// The worker dies mid-stream.
-	dies := &fakeService{step: time.Millisecond, events: []*api.Event{
+	dies := &fakeService{step: time.Millisecond, events: []*job.Event{
 		{Worker: "mac-2", Text: "a"},
 		{Worker: "mac-2", Err: openai.Unavailable("worker mac-2 failed during generation")},
 	}}
-	if err := drain(t, context.Background(), instrument(r, dies), job, 100); err == nil {
+	if err := drain(t, context.Background(), instrument(r, dies), j, 100); err == nil {
 		t.Fatal("want the 503")
 	}
 

@@ -1,6 +1,6 @@
 package worker
 
-// Placed models (distrib, issue #10; docs/notes/distrib.md): besides the
+// Placed models (docs/cluster.md, "Model placement and distribution"): besides the
 // models it was started with, a worker with Config.Placed serves the
 // models the coordinators' placement gives it. It
 //   - runs a modelstore server so that peers can pull its models
@@ -36,10 +36,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
+	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/modelstore"
+	"github.com/macpool/macpool/prefix"
 )
 
 // ModelsConfig enables placed models on a worker.
@@ -266,7 +267,7 @@ func (e placedEngine) engine(model string) (Engine, error) {
 	return nil, openai.Unavailable("model %s is not loaded on worker %s", model, e.w.cfg.Name)
 }
 
-func (e placedEngine) Generate(ctx context.Context, job *api.Job, emit func(*api.Event) error) error {
+func (e placedEngine) Generate(ctx context.Context, job *job.Job, emit func(*job.Event) error) error {
 	eng, err := e.engine(job.Model)
 	if err != nil {
 		return err
@@ -274,18 +275,18 @@ func (e placedEngine) Generate(ctx context.Context, job *api.Job, emit func(*api
 	return eng.Generate(ctx, job, emit)
 }
 
-func (e placedEngine) GenerateResume(ctx context.Context, job *api.Job, r *Resume, emit func(*api.Event, []int) error) error {
-	eng, err := e.engine(job.Model)
+func (e placedEngine) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error {
+	eng, err := e.engine(j.Model)
 	if err != nil {
 		return err
 	}
 	if re, ok := eng.(ResumeEngine); ok {
-		return re.GenerateResume(ctx, job, r, emit)
+		return re.GenerateResume(ctx, j, r, emit)
 	}
 	if r != nil {
-		return openai.Unavailable("worker %s cannot resume a generation of %s (its engine reports no token ids)", e.w.cfg.Name, job.Model)
+		return openai.Unavailable("worker %s cannot resume a generation of %s (its engine reports no token ids)", e.w.cfg.Name, j.Model)
 	}
-	return eng.Generate(ctx, job, func(ev *api.Event) error { return emit(ev, nil) })
+	return eng.Generate(ctx, j, func(ev *job.Event) error { return emit(ev, nil) })
 }
 
 // placedPrefixEngine is a placedEngine whose static engine keeps a prefix
@@ -296,7 +297,7 @@ type placedPrefixEngine struct {
 	ps PrefixSummarizer
 }
 
-func (e placedPrefixEngine) RoutingSummary(max int) cluster.PrefixSummary {
+func (e placedPrefixEngine) RoutingSummary(max int) prefix.Summary {
 	return e.ps.RoutingSummary(max)
 }
 

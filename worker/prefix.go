@@ -7,7 +7,6 @@ package worker
 
 import (
 	"bytes"
-	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,16 +17,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/cluster"
-	"github.com/macpool/macpool/engine/prefixkey"
+	"github.com/macpool/macpool/job"
+	"github.com/macpool/macpool/prefix"
 )
 
 // PrefixSummarizer is implemented by engines with a prefix cache: the keys
 // (engine/prefixkey) of up to max recently served prefixes, most recent
 // first, and the KV room. The worker fills in Node and Model.
 type PrefixSummarizer interface {
-	RoutingSummary(max int) cluster.PrefixSummary
+	RoutingSummary(max int) prefix.Summary
 }
 
 // Prefix summary publishing: the summary is read every prefixPoll and
@@ -281,7 +280,7 @@ func (o offeredMsg) TermWithReason(string) error               { return nil }
 // runs and reports them as a PrefixSummarizer, the way engine/serve does.
 // A ResumeEngine stays one.
 func WithPrefixKeys(e Engine) Engine {
-	k := &keyed{Engine: e, keys: newKeyLRU(1024)}
+	k := &keyed{Engine: e, keys: prefix.NewRecent(1024)}
 	if re, ok := e.(ResumeEngine); ok {
 		return &keyedResume{keyed: k, re: re}
 	}
@@ -290,16 +289,16 @@ func WithPrefixKeys(e Engine) Engine {
 
 type keyed struct {
 	Engine
-	keys *keyLRU
+	keys *prefix.Recent
 }
 
-func (k *keyed) Generate(ctx context.Context, job *api.Job, emit func(*api.Event) error) error {
-	k.keys.add(jobKeys(job))
+func (k *keyed) Generate(ctx context.Context, job *job.Job, emit func(*job.Event) error) error {
+	k.keys.Add(prefix.Of(job))
 	return k.Engine.Generate(ctx, job, emit)
 }
 
-func (k *keyed) RoutingSummary(max int) cluster.PrefixSummary {
-	return cluster.PrefixSummary{Keys: k.keys.recent(max)}
+func (k *keyed) RoutingSummary(max int) prefix.Summary {
+	return prefix.Summary{Keys: k.keys.Latest(max)}
 }
 
 type keyedResume struct {
@@ -307,57 +306,7 @@ type keyedResume struct {
 	re ResumeEngine
 }
 
-func (k *keyedResume) GenerateResume(ctx context.Context, job *api.Job, r *Resume, emit func(*api.Event, []int) error) error {
-	k.keys.add(jobKeys(job))
+func (k *keyedResume) GenerateResume(ctx context.Context, job *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error {
+	k.keys.Add(prefix.Of(job))
 	return k.re.GenerateResume(ctx, job, r, emit)
-}
-
-// jobKeys are the prefix keys of a job (none for embeddings).
-func jobKeys(job *api.Job) []uint64 {
-	switch {
-	case job.Chat != nil:
-		return prefixkey.Chat(job.Chat)
-	case job.Completion != nil:
-		return prefixkey.Completion(job.Completion)
-	}
-	return nil
-}
-
-// keyLRU is a bounded set of keys, most recently added last.
-type keyLRU struct {
-	mu  sync.Mutex
-	max int
-	l   *list.List
-	els map[uint64]*list.Element
-}
-
-func newKeyLRU(max int) *keyLRU {
-	return &keyLRU{max: max, l: list.New(), els: map[uint64]*list.Element{}}
-}
-
-func (p *keyLRU) add(keys []uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, k := range keys {
-		if el := p.els[k]; el != nil {
-			p.l.MoveToBack(el)
-			continue
-		}
-		p.els[k] = p.l.PushBack(k)
-		if p.l.Len() > p.max {
-			old := p.l.Front()
-			delete(p.els, old.Value.(uint64))
-			p.l.Remove(old)
-		}
-	}
-}
-
-func (p *keyLRU) recent(max int) []uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := []uint64{}
-	for el := p.l.Back(); el != nil && len(out) < max; el = el.Prev() {
-		out = append(out, el.Value.(uint64))
-	}
-	return out
 }

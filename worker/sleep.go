@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// System sleep (docs/notes/drain.md, "Sleep"): a laptop worker that goes to
+// System sleep (docs/cluster.md, "Sleep"): a laptop worker that goes to
 // sleep mid-job would leave its clients waiting until the coordinator
 // notices the silence. A SleepGuard listens to the system's power
 // notifications (on macOS through IOKit, sleep_darwin.go; nowhere else yet)

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/cluster"
+	"github.com/macpool/macpool/job"
 )
 
 // Tests of the sleep state machine (sleep.go) with a fake power source in
@@ -468,8 +468,8 @@ func TestSleepDrainsAndWakes(t *testing.T) {
 // is closed: a stuck engine must not keep the machine awake.
 type hangEngine struct{ release chan struct{} }
 
-func (e *hangEngine) Generate(ctx context.Context, job *api.Job, emit func(*api.Event) error) error {
-	if err := emit(&api.Event{Role: "assistant", Text: "stuck"}); err != nil {
+func (e *hangEngine) Generate(ctx context.Context, j *job.Job, emit func(*job.Event) error) error {
+	if err := emit(&job.Event{Role: "assistant", Text: "stuck"}); err != nil {
 		return err
 	}
 	<-e.release

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // TestEngine is an instant engine for tests and the coordinator-overhead
@@ -57,16 +57,16 @@ func textOf(raw json.RawMessage) string {
 }
 
 // Generate implements Engine.
-func (e *TestEngine) Generate(ctx context.Context, job *api.Job, emit func(*api.Event) error) error {
-	return e.GenerateResume(ctx, job, nil, func(ev *api.Event, _ []int) error { return emit(ev) })
+func (e *TestEngine) Generate(ctx context.Context, j *job.Job, emit func(*job.Event) error) error {
+	return e.GenerateResume(ctx, j, nil, func(ev *job.Event, _ []int) error { return emit(ev) })
 }
 
 // GenerateResume implements ResumeEngine: token i is word i (id i); a
 // resumed run checks the tokens and continues after them.
-func (e *TestEngine) GenerateResume(ctx context.Context, job *api.Job, r *Resume, emit func(*api.Event, []int) error) error {
-	var src any = job.Chat
-	if job.Kind == api.KindCompletion {
-		src = job.Completion
+func (e *TestEngine) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error {
+	var src any = j.Chat
+	if j.Kind == job.KindCompletion {
+		src = j.Completion
 	}
 	b, err := json.Marshal(src)
 	if err != nil {
@@ -124,10 +124,10 @@ func (e *TestEngine) GenerateResume(ctx context.Context, job *api.Job, r *Resume
 		} else if err := ctx.Err(); err != nil {
 			return err
 		}
-		ev := &api.Event{Text: words[i]}
+		ev := &job.Event{Text: words[i]}
 		if i > 0 {
 			ev.Text = " " + words[i]
-		} else if job.Kind != api.KindCompletion {
+		} else if j.Kind != job.KindCompletion {
 			ev.Role = "assistant"
 		}
 		if err := emit(ev, []int{i}); err != nil {
@@ -135,5 +135,5 @@ func (e *TestEngine) GenerateResume(ctx context.Context, job *api.Job, r *Resume
 		}
 	}
 	prompt := len(strings.Fields(input))
-	return emit(&api.Event{FinishReason: finish, Usage: &openai.Usage{PromptTokens: prompt, CompletionTokens: n, TotalTokens: prompt + n}}, nil)
+	return emit(&job.Event{FinishReason: finish, Usage: &openai.Usage{PromptTokens: prompt, CompletionTokens: n, TotalTokens: prompt + n}}, nil)
 }

@@ -19,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
+	"github.com/macpool/macpool/job"
 )
 
 // Engine generates the answer to one job. It renders the chat template,
@@ -29,14 +29,7 @@ import (
 // once with Usage at the end. It must return promptly when ctx ends.
 // Returning an *openai.Error passes that error to the client as is.
 type Engine interface {
-	Generate(ctx context.Context, job *api.Job, emit func(*api.Event) error) error
-}
-
-// Resume is a generation carried over from another worker (failover):
-// Tokens[i] are the tokens choice i already produced; the client has their
-// text.
-type Resume struct {
-	Tokens [][]int
+	Generate(ctx context.Context, job *job.Job, emit func(*job.Event) error) error
 }
 
 // ResumeEngine is an Engine that reports the token ids behind every event
@@ -53,7 +46,7 @@ type Resume struct {
 // and emits only new text.
 type ResumeEngine interface {
 	Engine
-	GenerateResume(ctx context.Context, job *api.Job, r *Resume, emit func(ev *api.Event, tokens []int) error) error
+	GenerateResume(ctx context.Context, job *job.Job, r *job.Resume, emit func(ev *job.Event, tokens []int) error) error
 }
 
 // Config configures a Worker.
@@ -85,7 +78,7 @@ type Config struct {
 	Secret *cluster.Secret
 	// Placed, if set, makes the worker serve the models the coordinators
 	// place on it besides Models, and share its models with peers
-	// (models.go, docs/notes/distrib.md). Models and Engine may then be empty.
+	// (models.go). Models and Engine may then be empty.
 	Placed *ModelsConfig
 	Logger *slog.Logger
 }
@@ -107,7 +100,7 @@ func (c Config) Validate() error {
 	if c.Name == "" {
 		return errors.New("worker: name must be set")
 	}
-	if len(c.Models) == 0 && c.Placed == nil { // distrib: placed models come later (models.go)
+	if len(c.Models) == 0 && c.Placed == nil { // placed models come later (models.go)
 		return errors.New("worker: at least one model must be served")
 	}
 	if c.Engine == nil && len(c.Models) > 0 {
@@ -196,7 +189,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w.ml = ml
-	if err := w.initPlaced(); err != nil { // distrib: model store, placed models (models.go)
+	if err := w.initPlaced(); err != nil { // model store, placed models (models.go)
 		ml.Close()
 		return nil, err
 	}
@@ -284,7 +277,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			go func() { defer wg.Done(); w.pullLoop(ctx, pctx, nc, js, model) }()
 		}
 	}
-	w.runPlaced(ctx, pctx, nc, js, &wg) // distrib: models placed by the coordinators (models.go)
+	w.runPlaced(ctx, pctx, nc, js, &wg) // models placed by the coordinators (models.go)
 	select {
 	case <-ctx.Done():
 	case <-w.drain.drained:
@@ -484,9 +477,9 @@ func (w *Worker) runJob(ctx context.Context, nc *nats.Conn, msg jetstream.Msg) {
 		send(cluster.FrameError, cluster.EncodeError(openai.ServerError("worker could not decode job: %v", err)))
 		return
 	}
-	job := &jm.Job
-	log := w.log.With("job", id, "request", job.ID)
-	emitTokens := func(ev *api.Event, tokens []int) error {
+	j := &jm.Job
+	log := w.log.With("job", id, "request", j.ID)
+	emitTokens := func(ev *job.Event, tokens []int) error {
 		if err := jctx.Err(); err != nil {
 			return err
 		}
@@ -498,16 +491,16 @@ func (w *Worker) runJob(ctx context.Context, nc *nats.Conn, msg jetstream.Msg) {
 		return send(cluster.FrameEvent, b)
 	}
 	if re, ok := w.cfg.Engine.(ResumeEngine); ok {
-		var r *Resume
+		var r *job.Resume
 		if jm.Resume != nil {
-			r = &Resume{Tokens: jm.Resume}
+			r = &job.Resume{Tokens: jm.Resume}
 			log.Info("resuming generation", "tokens", len(jm.Resume[0]))
 		}
-		err = re.GenerateResume(jctx, job, r, emitTokens)
+		err = re.GenerateResume(jctx, j, r, emitTokens)
 	} else if jm.Resume != nil {
 		err = openai.Unavailable("worker %s cannot resume a generation (its engine reports no token ids)", w.cfg.Name)
 	} else {
-		err = w.cfg.Engine.Generate(jctx, job, func(ev *api.Event) error { return emitTokens(ev, nil) })
+		err = w.cfg.Engine.Generate(jctx, j, func(ev *job.Event) error { return emitTokens(ev, nil) })
 	}
 	switch {
 	case err == nil:
@@ -590,7 +583,7 @@ func (w *Worker) gossipLoad(ctx context.Context) {
 			m.Leaving = w.drain.draining.Load() // drain: route nothing new here
 			m.Ready = w.Ready()
 			m.Running = int(w.running.Load())
-			m.Models = w.servedModels() // distrib: plus placed models (models.go)
+			m.Models = w.servedModels() // plus placed models (models.go)
 			m.Free = w.cfg.Slots*len(m.Models) - m.Running
 			if m.Free < 0 {
 				m.Free = 0

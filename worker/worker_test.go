@@ -7,38 +7,38 @@ import (
 	"testing"
 	"time"
 
-	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
+	"github.com/macpool/macpool/job"
 )
 
-func chat(text string, max int) *api.Job {
-	return &api.Job{Kind: api.KindChat, Model: "m", Chat: &openai.ChatCompletionRequest{
+func chat(text string, max int) *job.Job {
+	return &job.Job{Kind: job.KindChat, Model: "m", Chat: &openai.ChatCompletionRequest{
 		Model: "m", Messages: []openai.ChatMessage{{Role: "user", Content: openai.TextContent(text)}}, MaxTokens: &max,
 	}}
 }
 
-func run(t *testing.T, e Engine, ctx context.Context, job *api.Job) ([]*api.Event, error) {
+func run(t *testing.T, e Engine, ctx context.Context, j *job.Job) ([]*job.Event, error) {
 	t.Helper()
-	var evs []*api.Event
-	err := e.Generate(ctx, job, func(ev *api.Event) error { evs = append(evs, ev); return nil })
+	var evs []*job.Event
+	err := e.Generate(ctx, j, func(ev *job.Event) error { evs = append(evs, ev); return nil })
 	return evs, err
 }
 
 func TestTestEngine(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		job        *api.Job
+		j          *job.Job
 		text, stop string
 		completion int
 	}{
 		{"echo", chat("one two three", 10), "one two three", "stop", 3},
 		{"length", chat("one two three", 2), "one two", "length", 2},
-		{"completion", &api.Job{Kind: api.KindCompletion, Model: "m", Completion: &openai.CompletionRequest{
+		{"completion", &job.Job{Kind: job.KindCompletion, Model: "m", Completion: &openai.CompletionRequest{
 			Model: "m", Prompt: openai.Prompt{Texts: []string{"a b"}}}}, "a b", "stop", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			evs, err := run(t, &TestEngine{}, context.Background(), tc.job)
+			evs, err := run(t, &TestEngine{}, context.Background(), tc.j)
 			if err != nil {
 				t.Fatal(err)
 			}

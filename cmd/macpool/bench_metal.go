@@ -13,6 +13,7 @@ import (
 	"github.com/macpool/macpool/engine/cpu"
 	"github.com/macpool/macpool/metal"
 	"github.com/macpool/macpool/metal/mtl"
+	"github.com/macpool/macpool/runner"
 )
 
 // benchBackend are bench's figures of a non-CPU backend (embedded in
@@ -36,7 +37,7 @@ type benchBackend struct {
 // newBenchBackend creates bench's backend: cfg's CPU backend for "cpu" (and
 // "auto" off Apple silicon), else the registered backend by name.
 func newBenchBackend(name string, cfg cpu.Config, quantize string) (engine.Backend, error) {
-	if name == "cpu" || (name == "auto" && !metalDefault) {
+	if name == "cpu" || (name == "auto" && !runner.AutoIsMetal()) {
 		return cpu.New(cfg)
 	}
 	return engine.NewBackend(engine.Options{Backend: name, Threads: cfg.Threads, Quantize: quantize, ExactMatMul: cfg.ExactMatMul})

@@ -1,7 +1,7 @@
 package main
 
 // `macpool bench --concurrency N` (owner: batching): concurrent greedy
-// streams through the serving scheduler (engine/serve.Bench) instead of one
+// streams through the serving scheduler (engine/runner.Bench) instead of one
 // stream on the bare model. cmd/macpool/bench.go parses the flags and calls
 // runBenchConcurrent after building the model.
 
@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/macpool/macpool/engine"
-	"github.com/macpool/macpool/engine/serve"
+	"github.com/macpool/macpool/runner"
 )
 
 // benchConcurrentResult is the --json output with --concurrency:
@@ -25,19 +25,19 @@ type benchConcurrentResult struct {
 	Threads int    `json:"threads"`
 	Impl    string `json:"impl"`
 	Layers  int    `json:"layers"`
-	serve.BenchResult
+	runner.BenchResult
 	LoadSeconds float64 `json:"load_s"`
 	LoadAvg     string  `json:"load_avg,omitempty"`
 }
 
-// runBenchConcurrent runs serve.Bench on m with concurrency streams of
+// runBenchConcurrent runs runner.Bench on m with concurrency streams of
 // promptTokens + genTokens (cachedPrefix prompt tokens shared with a
 // warm-up request, for the prefix cache) and prints the result.
 func runBenchConcurrent(ctx context.Context, m *engine.Model, res benchResult, concurrency, cachedPrefix int, seed uint64, asJSON bool, stdout io.Writer) error {
 	if cachedPrefix < 0 || cachedPrefix >= res.PromptTokens {
 		return fmt.Errorf("%w: --cached-prefix %d must be in [0, --prompt-tokens %d)", errUsage, cachedPrefix, res.PromptTokens)
 	}
-	r, err := serve.Bench(ctx, m, serve.BenchConfig{Concurrency: concurrency, PromptTokens: res.PromptTokens,
+	r, err := runner.Bench(ctx, m, runner.BenchConfig{Concurrency: concurrency, PromptTokens: res.PromptTokens,
 		GenTokens: res.GenTokens, SharedPrefix: cachedPrefix, Seed: seed})
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
+	"github.com/macpool/macpool/dashboard"
 	"github.com/macpool/macpool/metrics"
 )
 
@@ -197,8 +197,8 @@ func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	return g.Wait()
 }
 
-// startCoordinator opens the HTTP listener, starts the coordinator and the
-// HTTP API in g, and prints the bound addresses.
+// startCoordinator opens the HTTP listener, starts the coordinator and its
+// HTTP server in g, and prints the bound addresses.
 func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlags, logger *slog.Logger, stdout io.Writer) (*coordinator.Coordinator, net.Listener, error) {
 	ln, err := net.Listen("tcp", f.http)
 	if err != nil {
@@ -216,32 +216,12 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 		ln.Close()
 		return nil, nil, err
 	}
-	acfg := api.DefaultConfig()
-	acfg.Addr = httpAddr
-	acfg.ShutdownTimeout = 5 * time.Second
-	acfg.StreamWriteTimeout = f.streamWrite
-	acfg.Auth = c // anonymous while the cluster stores no API keys
-
-	// Metrics around the service, for /metrics (observe.go).
-	reg, svc := observeCoordinator(c, cfg.Metrics)
-	srv, err := api.New(acfg, svc, logger)
+	srv, err := newHTTPServer(f.apiConfig(httpAddr), c, cfg.Metrics, logger)
 	if err != nil {
 		ln.Close()
 		c.Close()
 		return nil, nil, err
 	}
-	mux := http.NewServeMux()
-	mux.Handle(coordinator.StatusPath, c.StatusHandler())
-	mux.Handle(coordinator.AdminPath, c.AdminHandler()) // keys, drain (macpool keys, macpool drain)
-	// distrib: model registry (macpool models; GET/POST models, DELETE models/{name})
-	mux.Handle(coordinator.ModelsPath, c.ModelsHandler())
-	mux.Handle(coordinator.ModelsPath+"/", c.ModelsHandler())
-	if err := mountObservability(mux, reg); err != nil { // GET /metrics, dashboard at / and /dashboard
-		ln.Close()
-		c.Close()
-		return nil, nil, err
-	}
-	mux.Handle("/", srv.Handler())
 	g.Go(func() error { return c.Run(ctx) })
 	f.discovery.advertise(ctx, g, cfg.Name, c.GossipAddr(), httpAddr, logger) // mDNS _macpool._tcp
 	if len(f.apiKeys) > 0 {
@@ -251,7 +231,7 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 			for _, kv := range f.apiKeys {
 				id, secret, _ := strings.Cut(kv, ":")
 				kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				err := c.AddAPIKey(kctx, id, id, secret)
+				_, err := c.CreateAPIKey(kctx, coordinator.KeyRequest{ID: id, Name: id, Secret: secret})
 				cancel()
 				if err != nil && ctx.Err() == nil {
 					return fmt.Errorf("store api key %s: %w", id, err)
@@ -260,33 +240,38 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 			return nil
 		})
 	}
-	g.Go(func() error { return serveHTTP(ctx, ln, mux, logger) })
+	g.Go(func() error { return srv.Serve(ctx, ln) })
 	fmt.Fprintf(stdout, "listening role=coordinator name=%s http=%s gossip=%s nats=%s raft=%s\n",
 		cfg.Name, httpAddr, c.GossipAddr(), c.NATSURL(), c.RaftAddr())
 	return c, ln, nil
 }
 
-// serveHTTP serves h on ln until ctx ends, then shuts down gracefully.
-//
-// TODO(cluster): use api.Server.Serve once the api package offers a way to
-// mount extra routes (GET /v1/cluster/status); see docs/notes/api.md.
-func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Logger) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("http serve: %w", err)
-	case <-ctx.Done():
+// apiConfig is the HTTP server's configuration: api.DefaultConfig's
+// timeouts, the flags' stream write timeout, and a short shutdown so that
+// Ctrl-C does not wait half a minute for streams.
+func (f *coordinatorFlags) apiConfig(httpAddr string) api.Config {
+	acfg := api.DefaultConfig()
+	acfg.Addr = httpAddr
+	acfg.ShutdownTimeout = 5 * time.Second
+	acfg.StreamWriteTimeout = f.streamWrite
+	return acfg
+}
+
+// newHTTPServer builds the coordinator's one HTTP server: the OpenAI API
+// (instrumented for /metrics, observe.go), the admin endpoints, /metrics
+// and the dashboard, on one router with acfg's timeouts. reg is the
+// registry the coordinator was configured with (Config.Metrics).
+func newHTTPServer(acfg api.Config, c *coordinator.Coordinator, reg *metrics.Registry, logger *slog.Logger) (*api.Server, error) {
+	acfg.Auth = c  // anonymous while the cluster stores no API keys
+	acfg.Admin = c // keys, drain (macpool keys, drain), model registry (macpool models), status
+	d, err := dashboard.New(dashboard.DefaultConfig())
+	if err != nil {
+		return nil, err
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
+	reg, svc := observeCoordinator(c, reg)
+	acfg.Handlers = map[string]http.Handler{metrics.Path: reg.Handler()}
+	for _, p := range d.Patterns() { // the dashboard at / and /dashboard
+		acfg.Handlers[p] = d
 	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return api.New(acfg, svc, logger)
 }

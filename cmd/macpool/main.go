@@ -13,6 +13,9 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	_ "github.com/macpool/macpool/metal" // registers "metal" (macOS) and "metal-emulated" (Linux)
+	"github.com/macpool/macpool/runner"
 )
 
 // command is one subcommand: run parses args itself (with a flag.FlagSet) and
@@ -101,4 +104,9 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	return nil
+}
+
+// backendFlag adds --backend to a command that loads a model.
+func backendFlag(fs *flag.FlagSet) *string {
+	return fs.String("backend", "auto", runner.BackendHelp)
 }

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
+	"github.com/macpool/macpool/metrics"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -61,7 +63,11 @@ func TestModelsCommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cdone := make(chan error, 1)
 	go func() { cdone <- c.Run(ctx) }()
-	srv := httptest.NewServer(c.ModelsHandler())
+	hs, err := newHTTPServer(api.DefaultConfig(), c, metrics.New(), nil) // the product's router
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hs.Handler())
 
 	wcfg := worker.DefaultConfig()
 	wcfg.Name = "w1"

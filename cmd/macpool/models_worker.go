@@ -9,8 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/macpool/macpool/engine/serve"
 	"github.com/macpool/macpool/hub"
+	"github.com/macpool/macpool/runner"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -61,18 +61,11 @@ func (f *placedFlags) apply(cfg *worker.Config, cf *clusterFlags, wf *workerFlag
 		if wf.backend == "test" {
 			return worker.WithPrefixKeys(&worker.TestEngine{TokenDelay: wf.tokenDelay}), func() error { return nil }, nil
 		}
-		scfg := serve.DefaultConfig()
-		scfg.ModelDir = path
-		scfg.ModelName = name
-		scfg.Backend = wf.backend
-		scfg.Threads = wf.threads
-		scfg.MaxSeqs = wf.slots
-		wf.kv.apply(&scfg)
-		e, err := serve.New(scfg, logger)
+		e, err := runner.New(wf.settings().Config(path, name), logger)
 		if err != nil {
 			return nil, nil, fmt.Errorf("load model %s from %s: %w", name, path, err)
 		}
-		return serveEngine{e}, e.Close, nil
+		return e, e.Close, nil
 	}
 	pc.Resolve = func(ctx context.Context, ref string, progress func(bytes, total int64)) (string, error) {
 		hc, err := hubConfig(os.Getenv, stderr)

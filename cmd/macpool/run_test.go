@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/macpool/macpool/internal/reftest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/macpool/macpool/internal/reftest"
 )
 
 const qwen3Dir = "../../testdata/hf/qwen3"

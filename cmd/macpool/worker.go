@@ -13,8 +13,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/macpool/macpool/api"
-	"github.com/macpool/macpool/engine/serve"
+	"github.com/macpool/macpool/runner"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -39,7 +38,7 @@ type workerFlags struct {
 func (f *workerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.model, "model", "", "model to serve: a local folder, a .gguf file or a Hugging Face repo id (ORG/NAME[@REV][:FILE|QUANT])")
 	fs.StringVar(&f.modelName, "model-name", "", "name clients use for the model (default: the repo id, or the folder's base name)")
-	fs.StringVar(&f.backend, "backend", "auto", backendHelp+", or test (an instant echo engine for tests and benchmarks; loads no model)")
+	fs.StringVar(&f.backend, "backend", "auto", runner.BackendHelp+", or test (an instant echo engine for tests and benchmarks; loads no model)")
 	fs.IntVar(&f.slots, "slots", 8, "sequences generated at once (batched by the engine)")
 	fs.IntVar(&f.threads, "threads", 0, "engine threads (default: all cores)")
 	fs.DurationVar(&f.tokenDelay, "test-token-delay", 0, "delay per token of -backend test")
@@ -73,34 +72,12 @@ func (f *workerFlags) engine(logger *slog.Logger) (worker.Engine, string, func()
 		if _, err := os.Stat(dir); err != nil {
 			return nil, "", nil, fmt.Errorf("-model: %w", err)
 		}
-		cfg := serve.DefaultConfig()
-		cfg.ModelDir = dir
-		cfg.ModelName = name
-		cfg.Backend = f.backend
-		cfg.Threads = f.threads
-		cfg.MaxSeqs = f.slots
-		f.kv.apply(&cfg)
-		e, err := serve.New(cfg, logger)
+		e, err := runner.New(f.settings().Config(dir, name), logger)
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("load model %s: %w", f.model, err)
 		}
-		return serveEngine{e}, name, e.Close, nil
+		return e, name, e.Close, nil
 	}
-}
-
-// serveEngine adapts engine/serve to worker.ResumeEngine: a job requeued
-// with resume tokens (mid-stream failover) continues through
-// serve.GenerateResumeTokens, whose events report the ids of the generated
-// tokens behind them, so the coordinator can resume its jobs on another
-// worker (docs/cluster.md).
-type serveEngine struct{ *serve.Engine }
-
-func (e serveEngine) GenerateResume(ctx context.Context, job *api.Job, r *worker.Resume, emit func(*api.Event, []int) error) error {
-	var sr *serve.Resume
-	if r != nil {
-		sr = &serve.Resume{Tokens: r.Tokens}
-	}
-	return e.Engine.GenerateResumeTokens(ctx, job, sr, emit)
 }
 
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -1,21 +1,15 @@
 package main
 
-// Worker KV-cache flags (--kv-bytes, --no-prefix-cache) and the worker's
-// prefix summary for prefix-aware routing (owner: routing; docs/cluster.md,
-// "Prefix-aware routing").
+// Worker KV-cache flags (--kv-bytes, --no-prefix-cache, --kv-f32).
 
 import (
 	"flag"
 	"fmt"
-	"io/fs"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
-	"github.com/macpool/macpool/cluster"
-	"github.com/macpool/macpool/engine/serve"
+	"github.com/macpool/macpool/runner"
 )
 
 // kvFlags configure the engine's paged KV cache.
@@ -31,57 +25,10 @@ func (f *kvFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.f32, "kv-f32", false, "keep the cpu backend's KV cache in float32 (default: half precision, as llama.cpp: half the memory and the bytes attention reads, ~1e-3 relative difference)")
 }
 
-// apply sets the KV budget and prefix cache of cfg, whose ModelDir and
-// Backend are set. Without --kv-bytes the budget of the cpu backend is
-// derived here (defaultKVBytes); the others (metal, and auto, which is
-// metal on a Mac with a GPU) budget themselves (engine.KVBudgeter: the
-// working set less the uploaded weights) or take the engine's default.
-func (f *kvFlags) apply(cfg *serve.Config) {
-	cfg.NoPrefixCache = f.noPrefixCache
-	cfg.KVF16 = !f.f32
-	cfg.KVBytes = int64(f.bytes)
-	if cfg.KVBytes == 0 && cfg.Backend == "cpu" {
-		cfg.KVBytes = defaultKVBytes(weightBytes(cfg.ModelDir))
-	}
-}
-
-// kvHeadroom is memory left for activations and scratch buffers when the
-// KV budget is derived from the machine's memory; minKVBytes is the least
-// budget derived that way.
-const (
-	kvHeadroom = 1 << 30
-	minKVBytes = 256 << 20
-)
-
-// kvBudgetFrom is the KV budget on a machine whose accelerator may use
-// workingSet bytes, for weights of the given size: what is left after the
-// weights and kvHeadroom, at least minKVBytes.
-func kvBudgetFrom(workingSet, weights int64) int64 {
-	return max(workingSet-weights-kvHeadroom, minKVBytes)
-}
-
-// weightBytes is the size of the checkpoint's weight files (safetensors,
-// GGUF) at path, a folder or a file; 0 if unknown.
-func weightBytes(path string) int64 {
-	var n int64
-	filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if d.IsDir() {
-			if p != path {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if ext := strings.ToLower(filepath.Ext(p)); ext == ".safetensors" || ext == ".gguf" || ext == ".bin" {
-			if st, err := os.Stat(p); err == nil { // follows the HF cache's symlinks
-				n += st.Size()
-			}
-		}
-		return nil
-	})
-	return n
+// settings are the worker's engine settings for every model it loads.
+func (f *workerFlags) settings() runner.Settings {
+	return runner.Settings{Backend: f.backend, Threads: f.threads, Slots: f.slots,
+		KVBytes: int64(f.kv.bytes), NoPrefixCache: f.kv.noPrefixCache, KVF32: f.kv.f32}
 }
 
 // byteSize is a flag value in bytes written as a number with an optional
@@ -144,11 +91,4 @@ func formatByteSize(n int64) string {
 		}
 	}
 	return strconv.FormatInt(n, 10)
-}
-
-// RoutingSummary implements worker.PrefixSummarizer: the prefix keys the
-// serve engine recorded and its KV pool's room.
-func (e serveEngine) RoutingSummary(max int) cluster.PrefixSummary {
-	s := e.Engine.PrefixSummary(max)
-	return cluster.PrefixSummary{Keys: s.Keys, BlockSize: s.BlockSize, Blocks: s.Blocks, FreeBlocks: s.FreeBlocks}
 }

@@ -1,25 +1,12 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/macpool/macpool/api"
-	"github.com/macpool/macpool/api/openai"
-	"github.com/macpool/macpool/cluster"
-	"github.com/macpool/macpool/coordinator"
-	"github.com/macpool/macpool/engine/prefixkey"
-	"github.com/macpool/macpool/engine/serve"
-	"github.com/macpool/macpool/engine/testmodel"
-	"github.com/macpool/macpool/worker"
+	"github.com/macpool/macpool/runner"
 )
 
 func TestParseByteSize(t *testing.T) {
@@ -57,350 +44,25 @@ func TestParseByteSize(t *testing.T) {
 }
 
 func TestKVFlags(t *testing.T) {
-	dir := t.TempDir()
-	for name, size := range map[string]int{"model-00001.safetensors": 3000, "model-00002.safetensors": 1000, "config.json": 500} {
-		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, size), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := weightBytes(dir); got != 4000 {
-		t.Errorf("weightBytes = %d, want 4000 (safetensors only)", got)
-	}
-	if got := kvBudgetFrom(48<<30, 16<<30); got != 31<<30 {
-		t.Errorf("kvBudgetFrom(48GiB, 16GiB) = %d, want 31GiB", got)
-	}
-	if got := kvBudgetFrom(8<<30, 9<<30); got != minKVBytes {
-		t.Errorf("kvBudgetFrom(8GiB, 9GiB) = %d, want the minimum %d", got, int64(minKVBytes))
-	}
-
-	parse := func(args ...string) (serve.Config, error) {
+	parse := func(args ...string) (runner.Settings, error) {
 		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		var f workerFlags
 		f.register(fs)
 		if err := fs.Parse(args); err != nil {
-			return serve.Config{}, err
+			return runner.Settings{}, err
 		}
-		cfg := serve.DefaultConfig()
-		cfg.ModelDir, cfg.Backend = dir, f.backend
-		f.kv.apply(&cfg)
-		return cfg, nil
+		return f.settings(), nil
 	}
-	cfg, err := parse("--kv-bytes", "512MiB", "--no-prefix-cache")
-	if err != nil || cfg.KVBytes != 512<<20 || !cfg.NoPrefixCache {
-		t.Errorf("--kv-bytes 512MiB --no-prefix-cache: KVBytes %d NoPrefixCache %v (err %v)", cfg.KVBytes, cfg.NoPrefixCache, err)
+	s, err := parse("--kv-bytes", "512MiB", "--no-prefix-cache", "--kv-f32", "--backend", "cpu", "--slots", "3", "--threads", "2")
+	want := runner.Settings{Backend: "cpu", Threads: 2, Slots: 3, KVBytes: 512 << 20, NoPrefixCache: true, KVF32: true}
+	if err != nil || s != want {
+		t.Errorf("settings %+v (err %v), want %+v", s, err, want)
 	}
-	cfg, err = parse("--backend", "cpu")
-	if err != nil || cfg.NoPrefixCache || cfg.KVBytes != defaultKVBytes(4000) {
-		t.Errorf("defaults: KVBytes %d (want %d) NoPrefixCache %v (err %v)", cfg.KVBytes, defaultKVBytes(4000), cfg.NoPrefixCache, err)
-	}
-	for _, be := range []string{"metal", "auto"} {
-		if cfg, _ = parse("--backend", be); cfg.KVBytes != 0 {
-			t.Errorf("%s without --kv-bytes: KVBytes %d, want 0 (the backend budgets itself)", be, cfg.KVBytes)
-		}
+	if s, err = parse(); err != nil || s.KVBytes != 0 || s.NoPrefixCache || s.KVF32 || s.Backend != "auto" {
+		t.Errorf("defaults: %+v (err %v)", s, err)
 	}
 	if _, err := parse("--kv-bytes", "lots"); err == nil || !strings.Contains(err.Error(), `size "lots"`) {
 		t.Errorf("--kv-bytes lots: error %v, want a size error", err)
-	}
-}
-
-// waitUntil polls cond until it holds or d passes.
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
-}
-
-// runTestNode runs n until the test ends.
-func runTestNode(t *testing.T, n interface{ Run(context.Context) error }) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("node did not stop within 10s")
-		}
-	})
-}
-
-type routedTurn struct {
-	worker string
-	text   string
-	usage  *openai.Usage
-}
-
-func submitTurn(ctx context.Context, c *coordinator.Coordinator, job *api.Job) (routedTurn, error) {
-	s, err := c.Submit(ctx, job)
-	if err != nil {
-		return routedTurn{}, err
-	}
-	defer s.Close()
-	var r routedTurn
-	var b strings.Builder
-	for {
-		ev, err := s.Recv(ctx)
-		if errors.Is(err, io.EOF) {
-			r.text = b.String()
-			return r, nil
-		}
-		if err != nil {
-			return r, err
-		}
-		if ev.Err != nil {
-			return r, ev.Err
-		}
-		r.worker = ev.Worker
-		b.WriteString(ev.Text)
-		if ev.Usage != nil {
-			r.usage = ev.Usage
-		}
-	}
-}
-
-func cachedTokens(u *openai.Usage) int {
-	if u == nil || u.PromptTokensDetails == nil {
-		return 0
-	}
-	return u.PromptTokensDetails.CachedTokens
-}
-
-// TestPrefixRoutingRealEngine: a coordinator and two one-slot workers with
-// the real engine (engine/serve through the CLI's serveEngine) on the tiny
-// test model, in-process. A conversation's second turn goes to the worker
-// that served the first and reuses its KV prefix (cached_tokens > 0). With
-// routing off the queue alternates between the idle workers, so the second
-// turn lands on the other worker with nothing cached (logged).
-func TestPrefixRoutingRealEngine(t *testing.T) {
-	dir := t.TempDir()
-	if err := testmodel.Write(dir, testmodel.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	const model = "tiny"
-	for _, routing := range []bool{true, false} {
-		t.Run(fmt.Sprintf("routing=%v", routing), func(t *testing.T) {
-			cfg := coordinator.DefaultConfig()
-			cfg.Name = "coord-1"
-			cfg.DataDir = t.TempDir()
-			cfg.NATSListen = "127.0.0.1:0"
-			cfg.Gossip = cluster.FastConfig()
-			cfg.Bootstrap = true
-			cfg.FastRaft()
-			cfg.NoPrefixRouting = !routing
-			c, err := coordinator.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			runTestNode(t, c)
-			for _, name := range []string{"worker-a", "worker-b"} {
-				scfg := serve.DefaultConfig()
-				scfg.ModelDir = dir
-				scfg.ModelName = model
-				scfg.Threads = 1
-				scfg.MaxSeqs = 1
-				e, err := serve.New(scfg, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { e.Close() })
-				wcfg := worker.DefaultConfig()
-				wcfg.Name = name
-				wcfg.Models = []string{model}
-				wcfg.Engine = serveEngine{e}
-				wcfg.Gossip = cluster.FastConfig()
-				wcfg.Gossip.Join = []string{c.GossipAddr()}
-				wcfg.MetaInterval = 50 * time.Millisecond
-				w, err := worker.New(wcfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				runTestNode(t, w)
-			}
-			waitUntil(t, 10*time.Second, "2 ready workers", func() bool {
-				n := 0
-				for _, m := range c.Membership().Members() {
-					if m.Meta.Role == cluster.RoleWorker && m.Meta.Ready {
-						n++
-					}
-				}
-				return n == 2
-			})
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-
-			question := strings.Repeat("Tell me about the history of the Mac and its chips. ", 8)
-			zero, six := 0.0, 6
-			turn := func(id string, msgs ...openai.ChatMessage) *api.Job {
-				return &api.Job{ID: id, Kind: api.KindChat, Model: model, Chat: &openai.ChatCompletionRequest{
-					Model: model, Messages: msgs, MaxTokens: &six, Temperature: &zero}}
-			}
-			first := turn("turn-1", openai.ChatMessage{Role: "user", Content: openai.TextContent(question)})
-			r1, err := submitTurn(ctx, c, first)
-			if err != nil {
-				t.Fatalf("first turn: %v", err)
-			}
-			if routing {
-				keys := prefixkey.Chat(first.Chat)
-				waitUntil(t, 5*time.Second, "prefix summary", func() bool { return c.PrefixKnown(r1.worker, model, keys[len(keys)-1]) })
-			}
-			r2, err := submitTurn(ctx, c, turn("turn-2",
-				openai.ChatMessage{Role: "user", Content: openai.TextContent(question)},
-				openai.ChatMessage{Role: "assistant", Content: openai.TextContent(r1.text)},
-				openai.ChatMessage{Role: "user", Content: openai.TextContent("And what came next?")}))
-			if err != nil {
-				t.Fatalf("second turn: %v", err)
-			}
-			t.Logf("routing=%v: turn 1 on %s (prompt %d tokens), turn 2 on %s (prompt %d, cached %d); route stats %+v",
-				routing, r1.worker, r1.usage.PromptTokens, r2.worker, r2.usage.PromptTokens, cachedTokens(r2.usage), c.RouteStats())
-			if !routing {
-				return
-			}
-			if r2.worker != r1.worker {
-				t.Errorf("second turn served by %s, want %s (the first turn's worker)", r2.worker, r1.worker)
-			}
-			// The status shows the workers' KV pools (from their summaries).
-			for _, n := range c.Status(ctx).Nodes {
-				if n.Name == r1.worker && (n.KVBlocks == 0 || n.KVFreeBlocks == 0 || n.KVFreeBlocks > n.KVBlocks) {
-					t.Errorf("status of %s: KV %d free of %d blocks, want a pool with room", n.Name, n.KVFreeBlocks, n.KVBlocks)
-				}
-			}
-			if cachedTokens(r2.usage) == 0 {
-				t.Errorf("second turn: cached_tokens 0, want the first turn's prompt prefix from the cache (usage %+v)", r2.usage)
-			}
-		})
-	}
-}
-
-// TestRoutingTTFTBench measures what prefix routing saves: the time to the
-// first token of a conversation's second turn (long shared prefix) with
-// routing on and off, two one-slot workers running the real engine on a
-// larger random test model. Run with MACPOOL_BENCH_ROUTING=1 (optional
-// MACPOOL_BENCH_THREADS, default 2; MACPOOL_BENCH_CONVS, default 6).
-func TestRoutingTTFTBench(t *testing.T) {
-	if os.Getenv("MACPOOL_BENCH_ROUTING") == "" {
-		t.Skip("set MACPOOL_BENCH_ROUTING=1 to measure")
-	}
-	threads, convs := 2, 6
-	fmt.Sscan(os.Getenv("MACPOOL_BENCH_THREADS"), &threads)
-	fmt.Sscan(os.Getenv("MACPOOL_BENCH_CONVS"), &convs)
-	dir := t.TempDir()
-	if err := testmodel.Write(dir, testmodel.Options{HiddenSize: 512, Layers: 8, Heads: 8, KVHeads: 4, HeadDim: 64, Intermediate: 1536, MaxPositions: 8192}); err != nil {
-		t.Fatal(err)
-	}
-	const model = "bench"
-	for _, routing := range []bool{true, false} {
-		cfg := coordinator.DefaultConfig()
-		cfg.Name = fmt.Sprintf("coord-%v", routing)
-		cfg.DataDir = t.TempDir()
-		cfg.NATSListen = "127.0.0.1:0"
-		cfg.Gossip = cluster.FastConfig()
-		cfg.Bootstrap = true
-		cfg.FastRaft()
-		cfg.NoPrefixRouting = !routing
-		c, err := coordinator.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		runTestNode(t, c)
-		for _, name := range []string{"worker-a", "worker-b"} {
-			scfg := serve.DefaultConfig()
-			scfg.ModelDir, scfg.ModelName, scfg.Threads, scfg.MaxSeqs = dir, model, threads, 1
-			e, err := serve.New(scfg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { e.Close() })
-			wcfg := worker.DefaultConfig()
-			wcfg.Name, wcfg.Models, wcfg.Engine = fmt.Sprintf("%s-%v", name, routing), []string{model}, serveEngine{e}
-			wcfg.Gossip = cluster.FastConfig()
-			wcfg.Gossip.Join = []string{c.GossipAddr()}
-			w, err := worker.New(wcfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			runTestNode(t, w)
-		}
-		waitUntil(t, 20*time.Second, "2 workers", func() bool {
-			n := 0
-			for _, m := range c.Membership().Members() {
-				if m.Meta.Role == cluster.RoleWorker {
-					n++
-				}
-			}
-			return n == 2
-		})
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		zero, four := 0.0, 4
-		turn := func(id string, msgs ...openai.ChatMessage) *api.Job {
-			return &api.Job{ID: id, Kind: api.KindChat, Model: model, Chat: &openai.ChatCompletionRequest{
-				Model: model, Messages: msgs, MaxTokens: &four, Temperature: &zero}}
-		}
-		var ttfts []time.Duration
-		cached, prompt := 0, 0
-		for conv := -1; conv < convs; conv++ { // conv -1 warms both workers up
-			question := strings.Repeat(fmt.Sprintf("Conversation %d: tell me everything about the history of the Mac. ", conv), 90)
-			first := turn("t1", openai.ChatMessage{Role: "user", Content: openai.TextContent(question)})
-			r1, err := submitTurn(ctx, c, first)
-			if err != nil {
-				t.Fatalf("first turn: %v", err)
-			}
-			if routing {
-				keys := prefixkey.Chat(first.Chat)
-				waitUntil(t, 5*time.Second, "summary", func() bool { return c.PrefixKnown(r1.worker, model, keys[len(keys)-1]) })
-			}
-			second := turn("t2",
-				openai.ChatMessage{Role: "user", Content: openai.TextContent(question)},
-				openai.ChatMessage{Role: "assistant", Content: openai.TextContent(r1.text)},
-				openai.ChatMessage{Role: "user", Content: openai.TextContent("And then?")})
-			start := time.Now()
-			s, err := c.Submit(ctx, second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ttft time.Duration
-			var usage *openai.Usage
-			for {
-				ev, err := s.Recv(ctx)
-				if err != nil {
-					break
-				}
-				if ev.Err != nil {
-					t.Fatalf("second turn: %v", ev.Err)
-				}
-				if ttft == 0 && (ev.Text != "" || ev.Reasoning != "") {
-					ttft = time.Since(start)
-				}
-				if ev.Usage != nil {
-					usage = ev.Usage
-				}
-			}
-			s.Close()
-			if conv >= 0 {
-				ttfts = append(ttfts, ttft)
-				cached += cachedTokens(usage)
-				prompt += usage.PromptTokens
-			}
-		}
-		cancel()
-		sorted := append([]time.Duration(nil), ttfts...)
-		for i := range sorted {
-			for j := i + 1; j < len(sorted); j++ {
-				if sorted[j] < sorted[i] {
-					sorted[i], sorted[j] = sorted[j], sorted[i]
-				}
-			}
-		}
-		t.Logf("routing=%v threads=%d: second-turn TTFT median %v (all %v), cached %d of %d prompt tokens, route stats %+v",
-			routing, threads, sorted[len(sorted)/2].Round(time.Millisecond), ttfts, cached, prompt, c.RouteStats())
 	}
 }

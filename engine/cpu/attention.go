@@ -193,8 +193,8 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 		}
 	}
 	b.parallel(len(tasks), 1, func(lo, hi, w int) {
-		// Each task is two GEMMs over the dimension-major cache
-		// (kernels.AttentionRows, owner: kernels).
+		// Each task is two GEMMs over the cache (kernels.AttentionRows),
+		// or one decode row's axpy-sums.
 		n := kernels.AttentionScratch(attnRows, group, hd, maxLen)
 		if f16 {
 			n += 2 * hd * maxLen // the task's K and V widened to float32 for the GEMMs

@@ -13,7 +13,7 @@ import (
 	"github.com/macpool/macpool/engine"
 )
 
-// BenchmarkAttentionDecodeStep (owner: attn): the attention of one whole
+// BenchmarkAttentionDecodeStep: the attention of one whole
 // decode step of Qwen3-0.6B over paged caches: 28 layers, each its own
 // block store, 8 sequences at 576 cached positions (blocks of 32, 8 kv
 // heads of 128, group 2), on 1 and 2 threads. Unlike BenchmarkAttentionDecode8

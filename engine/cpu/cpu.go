@@ -1,10 +1,13 @@
 // Package cpu is the CPU backend of the engine: it implements
-// engine.Backend with plain Go loops (no cgo, no SIMD yet), parallel across
-// cores through a worker pool owned by the Backend. Weights stay in their
-// stored format (bf16 stays bf16 in the checkpoint's memory map); matmul
-// dispatches on the format and falls back to the reference row decoder
-// (tensor.Host.DecodeRow) for formats without a specialised kernel.
-// Activations and the KV cache are float32.
+// engine.Backend (and the paged-KV, hybrid, MoE and argmax extensions) in Go
+// with SIMD kernels in Go assembly (engine/cpu/kernels: AVX2, AVX-512 VNNI,
+// NEON; no cgo), parallel across cores through a worker pool owned by the
+// Backend. Quantized weights are packed for the kernels at upload (Q8_0,
+// Q4_0, K-quants, MLX affine; float matrices optionally quantized); matmuls
+// quantize activations to int8 blocks as llama.cpp does unless exact mode
+// is asked for, and fall back to the reference row decoder
+// (tensor.Host.DecodeRow) for formats without a kernel. Activations are
+// float32; the KV cache is float32 or half precision.
 package cpu
 
 import (
@@ -47,17 +50,17 @@ type Config struct {
 	// calling goroutine counts as one).
 	Threads int
 	// Quantize, if Q8_0 or Q4_0, converts float matrices (F32/F16/BF16,
-	// rows of whole 32-blocks) to that format at upload (owner: kernels;
-	// see docs/notes/kernels.md for which tensors). Zero keeps formats.
+	// rows of whole 32-blocks) to that format at upload (see
+	// docs/engine.md, "CPU backend and kernels" for which tensors). Zero keeps formats.
 	Quantize tensor.Format
 	// ExactMatMul multiplies quantized weights with float32 activations
 	// (exact up to float32 rounding, slower). The default quantizes
-	// activations to int8 blocks as llama.cpp does (owner: kernels).
+	// activations to int8 blocks as llama.cpp does.
 	ExactMatMul bool
 	// KVF16 stores the KV caches (paged NewKVBlocks and contiguous NewKV)
 	// in IEEE half precision: half the memory and half the bytes attention
-	// reads, as llama.cpp's default cache (owner: kernels). Attention then
-	// differs from the float32 cache by ~1e-3 relative.
+	// reads, as llama.cpp's default cache. Attention then differs from the
+	// float32 cache by ~1e-3 relative.
 	KVF16 bool
 	// RowAttention runs paged attention of sequences without a prompt
 	// boundary (AttnSeq.GEMMRows -1) with the per-row decode kernels only:

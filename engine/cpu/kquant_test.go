@@ -9,7 +9,7 @@ import (
 	"github.com/macpool/macpool/engine/tensor"
 )
 
-// TestUploadKQuant (owner: kquant): K-quant matrices are uploaded to the
+// TestUploadKQuant: K-quant matrices are uploaded to the
 // native packed kernels when the machine has them (else requantized to
 // Q8_0) and multiply as their exact decoded values within the int8
 // activation error; a malformed K-quant tensor is refused with an error

@@ -1,6 +1,6 @@
 package cpu
 
-// Glue to engine/cpu/kernels (owner: kernels): weights with a SIMD kernel
+// Glue to engine/cpu/kernels: weights with a SIMD kernel
 // are prepared at upload (quantized ones repacked for AVX-512 VNNI) and
 // multiplied by kernels.Matrix.MatMul over ranges of weight rows, one range
 // per worker chunk; quantized weights first quantize the activation rows to

@@ -9,7 +9,7 @@ import (
 	"github.com/macpool/macpool/engine/cpu/kernels"
 )
 
-// TestPagedHugeStore (owner: attn): a block store big enough to be put on
+// TestPagedHugeStore: a block store big enough to be put on
 // huge pages (adviseHuge: dropped and re-advised right after allocation)
 // reads as zeros (allocated after dirty memory was freed for the heap to
 // reuse), and decode attention over it (the prefetching f16 kernels,

@@ -1,6 +1,6 @@
 package cpu
 
-// Worker pool (owner: kernels; core designed the API). Decode runs ~300
+// Worker pool (core designed the API). Decode runs ~300
 // parallel ops per token, each a few tens of microseconds, so the cost of
 // handing an op to the workers and waiting for them must be far below a
 // microsecond: a channel send to a parked goroutine plus a WaitGroup wait

@@ -317,7 +317,7 @@ func ChunkedInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
 
 // CanonicalInto runs the gated delta rule for one sequence with fixed boundaries, so that
 // the bits of every output row and of the final state do not depend on how the sequence
-// was split into calls (batch invariance, docs/notes/invariance.md). The call's first row
+// was split into calls (batch invariance, docs/engine.md, "Batch invariance"). The call's first row
 // is at absolute position pos. Rows [0, prompt) are prompt rows: chunked, with chunks
 // starting at absolute positions that are multiples of ChunkSize (the first one runs up to
 // the next multiple, the last one ends at row prompt) and the state rounded to float32

@@ -7,7 +7,7 @@ package gguf
 // llama.cpp's convert_hf_to_gguf (classes Qwen3NextModel,
 // _LinearAttentionVReorderBase, Qwen3_5TextModel, Qwen3_5MoeTextModel,
 // Qwen2MoeModel) and the loaders src/models/qwen3next.cpp / qwen35.cpp, is
-// written down in docs/notes/gguf.md ("Hybrid architectures"):
+// written down in docs/engine.md, "GGUF specifics" ("Hybrid architectures"):
 //
 //   - every `*norm.weight` except `linear_attn.norm.weight` is stored as 1+w
 //     (input/post-attention/final norms and the attention q/k norms);

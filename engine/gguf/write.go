@@ -1,6 +1,6 @@
 package gguf
 
-// Writing GGUF files (owner: kernels): enough to store a model the engine
+// Writing GGUF files: enough to store a model the engine
 // can load back (a synthetic model of a real shape for load-time and
 // resident-memory measurements, `macpool bench --write-gguf`). Metadata
 // values are scalars (uint32, int32, uint64, float32, bool, string);

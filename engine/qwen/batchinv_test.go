@@ -14,7 +14,7 @@ import (
 // and whatever else shared the batch: a seeded or greedy continuation then
 // equals the uninterrupted run. engine.Seq.PromptEnd marks where generation
 // began. Dense and MoE attention models; the hybrid models (Gated DeltaNet)
-// are checked by TestHybridBatchInvariantLogits (docs/notes/invariance.md).
+// are checked by TestHybridBatchInvariantLogits (docs/engine.md, "Batch invariance").
 func TestBatchInvariantLogits(t *testing.T) {
 	const prompt = 30
 	for _, tc := range []struct {

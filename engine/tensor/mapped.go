@@ -1,6 +1,6 @@
 package tensor
 
-// Read-only file mappings (owner: kernels). A loader that memory-maps a
+// Read-only file mappings. A loader that memory-maps a
 // checkpoint registers the mapping; a backend that keeps its own copy of a
 // tensor (repacked or quantized at upload) then calls DropPages on the
 // tensor's bytes so the mapped pages stop counting in the process's resident

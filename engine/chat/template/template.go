@@ -4,7 +4,7 @@
 //
 // Templates are executed by github.com/ardanlabs/jinja, a pure-Go Jinja
 // engine built for LLM chat templates. Differences from Python Jinja2 that
-// this package corrects or that remain are listed in docs/notes/chat.md.
+// this package corrects or that remain are listed in docs/engine.md, "Chat templates".
 package template
 
 import (

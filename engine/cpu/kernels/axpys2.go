@@ -1,6 +1,6 @@
 package kernels
 
-// Two-row attention axpy-sums (owner: attn). In a decode step the group
+// Two-row attention axpy-sums. In a decode step the group
 // query vectors of one kv head read the same K and V blocks; these do two
 // rows per pass so each K/V vector is loaded (and, for f16, widened) once
 // for both. Each row's result is bit-identical to the one-row kernel's

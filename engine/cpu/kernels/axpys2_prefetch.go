@@ -1,6 +1,6 @@
 package kernels
 
-// Software prefetch for the decode attention (owner: attn).
+// Software prefetch for the decode attention.
 
 import "unsafe"
 

@@ -1,6 +1,6 @@
 package kernels
 
-// Half-precision (IEEE f16) values for the KV cache (owner: kernels): a
+// Half-precision (IEEE f16) values for the KV cache: a
 // cache stored in f16 is half the memory and half the bytes attention reads
 // per decoded token (at 8 concurrent streams of 512+ tokens the float32
 // cache is read more than the weights). Conversions round to nearest even

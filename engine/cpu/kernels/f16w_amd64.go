@@ -1,6 +1,6 @@
 package kernels
 
-// F16 weights on AVX-512 (owner: kquant): the structure of
+// F16 weights on AVX-512: the structure of
 // matmulFloatFast (4×4 tiles over chunks of 64 weight rows, one-row
 // kernels for the activation rows and weight rows the tiles leave over)
 // with halves widened in registers (f16w_amd64.s). Every output is summed

@@ -24,7 +24,7 @@
 // in float32 rounding (summation order, FMA): |fast − ref| ≤ 1e-5·Σ|terms|
 // for quantized formats, 2e-6·Σ|terms| for float ones. The activation
 // quantization itself is an approximation of the exact product, measured on
-// whole models in accuracy_test.go and docs/notes/kernels.md.
+// whole models in accuracy_test.go and docs/engine.md, "CPU backend and kernels".
 package kernels
 
 import (
@@ -417,7 +417,7 @@ func AxpyF32(dst []float32, a float32, x []float32) {
 		// The tail goes through the same fused multiply-add on a padded
 		// copy: every element rounds once, as in the vector part and in
 		// the GEMM kernels, so a score does not depend on which of them
-		// computed it (batch invariance, docs/notes/invariance.md).
+		// computed it (batch invariance, docs/engine.md, "Batch invariance").
 		var d, v [16]float32
 		copy(d[:], dst)
 		copy(v[:], x)

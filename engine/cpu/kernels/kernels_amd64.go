@@ -106,10 +106,10 @@ func dotQ4Rows(w []byte, q []int8, d []float32, nb int) float32 {
 // packedKernel multiplies ngroups packed groups of w with input rows
 // [i, i+cols) (cols 1 or 4) into dst (row stride ldd floats).
 // Software prefetch distances (bytes) of the one-row (decode) kernels: the
-// block that far ahead goes to L1, the one twice as far to L2. Session 1
-// (L1 only, BenchmarkPrefetchAB, 2-vCPU Xeon streaming from DRAM, thread
-// CPU time): Q8_0 9.3 → 10.3 GB/s at 2048, Q4_0 6.9 → 9.1 at 1024.
-// Session 3 (gemm8: 0.45 GB on huge pages, BenchmarkRowsDRAM*): with the
+// block that far ahead goes to L1, the one twice as far to L2. Measured
+// on a 2-vCPU Xeon streaming from DRAM (thread CPU time): L1 prefetch alone
+// (BenchmarkPrefetchAB) took Q8_0 9.3 → 10.3 GB/s at 2048, Q4_0 6.9 → 9.1
+// at 1024; on 0.45 GB of huge pages (BenchmarkRowsDRAM*), with the
 // L2 prefetch twice as far, Q8_0 13.2 → 15.3 GB/s at 3072, Q4_0 12.8 →
 // 15.5 at 2048-3072.
 const (

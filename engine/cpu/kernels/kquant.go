@@ -1,14 +1,13 @@
 package kernels
 
-// Q4_K (owner: kquant since session 3). A Q4_K row is, per 32 values,
+// Q4_K. A Q4_K row is, per 32 values,
 // w = (d·sc)·q − dmin·m with 4-bit codes q: an affine group of 32 with
 // scale d·sc and bias −dmin·m. PrepareQ4K packs it natively (kquant5.go's
 // layout without the fifth bit: 4.6 bits per weight, Q4_K's 4.5).
-// Session 2 rewrote it as an MLX affine 4-bit matrix of group 32 with
+// PrepareQ4KAsMLX instead rewrites it as an MLX affine 4-bit matrix of group 32 with
 // float32 scales and biases (exact: the same float32 operations as ggml's
 // dequantize_row_q4_K, so the row values are bit-identical) on the MLX
-// kernels with float32 heads: 6 bits per weight; that path stays as
-// PrepareQ4KAsMLX. (bf16 scales, 5 bits per weight, were tried: their
+// kernels with float32 heads: 6 bits per weight. (bf16 scales, 5 bits per weight, were tried: their
 // rounding alone moved the tiny fixture's logits by 0.037 rel-L2.)
 
 import (
@@ -21,7 +20,7 @@ import (
 
 // PrepareQ4K packs a Q4_K matrix for the VNNI kernels (ErrUnsupported
 // without VNNI) in the packed Q5_K layout without the fifth bit
-// (kquant5.go, session 3): 4-bit codes, the super-block's d, dmin and
+// (kquant5.go): 4-bit codes, the super-block's d, dmin and
 // unpacked 6-bit scales and mins, 148 bytes per row and super-block (Q4_K
 // 144). The kernels compute exactly what the MLX rewrite below does on the
 // MLX kernels (scale d·sc, min dmin·m in float32, the same order of

@@ -1,6 +1,6 @@
 package kernels
 
-// Native Q5_K on the AVX-512 VNNI kernels (owner: kquant). A Q5_K value is
+// Native Q5_K on the AVX-512 VNNI kernels. A Q5_K value is
 // w = (d·sc)·q − dmin·m: 5-bit codes q, 6-bit scale sc and min m per 32
 // values, f16 d and dmin per 256 (a super-block). PrepareQ5K keeps the
 // codes at 5 bits and unpacks the 12 bytes of scales and mins of each

@@ -1,6 +1,6 @@
 package kernels
 
-// Native Q6_K on the AVX-512 VNNI kernels (owner: kquant). A Q6_K value is
+// Native Q6_K on the AVX-512 VNNI kernels. A Q6_K value is
 // w = (d·sc)·(q − 32): 6-bit codes q, one int8 scale sc per 16 values and
 // one f16 d per 256 (a super-block). PrepareQ6K keeps the codes at 6 bits
 // and the scales at 8 (the packed matrix is exactly the size of the ggml

@@ -1,7 +1,7 @@
 //go:build ignore
 
 // kquant_avx2_gen.go writes kquant_avx2_amd64.s, the straight-line AVX2
-// one-row kernels of the packed K-quant layouts (owner: kquant). Run with
+// one-row kernels of the packed K-quant layouts. Run with
 // `go generate` (directive in kquant6_amd64.go) after editing.
 package main
 

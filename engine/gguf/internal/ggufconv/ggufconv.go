@@ -4,7 +4,7 @@
 // llama.cpp's convert_hf_to_gguf (Qwen3NextModel.modify_tensors and
 // set_gguf_parameters, _LinearAttentionVReorderBase.modify_tensors,
 // Qwen2MoeModel expert stacking, gguf-py constants/tensor_mapping names),
-// written from that source's behaviour, not its code; docs/notes/gguf.md
+// written from that source's behaviour, not its code; docs/engine.md, "GGUF specifics"
 // lists the transformations. No llama.cpp-produced hybrid file was available
 // to check it against, so agreement with it is what the tests show, and a
 // real file remains the final check.

@@ -1,0 +1,49 @@
+package admin
+
+// ModelSpec is a registry entry. The coordinator also keeps it in its Raft
+// state, so a change of its JSON is a change of the stored format.
+type ModelSpec struct {
+	Name         string `json:"name"`
+	Source       string `json:"source,omitempty"`       // folder or Hugging Face repo id
+	Format       string `json:"format,omitempty"`       // safetensors | mlx | gguf
+	Quantization string `json:"quantization,omitempty"` // e.g. q4_0, 4bit; "" = unquantized
+	Created      int64  `json:"created,omitempty"`      // unix seconds, set by the proposer
+	// Entries added by `macpool models add` are Managed: the Raft leader
+	// places them on workers.
+	Managed    bool   `json:"managed,omitempty"`
+	SourceNode string `json:"source_node,omitempty"` // worker holding a local-path Source ("" = any that has it)
+	Size       int64  `json:"size,omitempty"`        // bytes of the model's files (0 = not known yet)
+	Digest     string `json:"digest,omitempty"`      // modelstore manifest digest, once a worker reported it
+	Replicas   int    `json:"replicas,omitempty"`    // workers to place it on; 0 = every worker it fits
+}
+
+// AddModelRequest is the body of POST /v1/admin/models.
+type AddModelRequest struct {
+	// Name clients use; default: the Hugging Face reference, or the base
+	// name of a local path.
+	Name string `json:"name,omitempty"`
+	// Source is a Hugging Face reference (ORG/NAME[@REV][:FILE]) or a path
+	// on SourceNode (or on the workers that have it).
+	Source     string `json:"source"`
+	SourceNode string `json:"source_node,omitempty"`
+	Size       int64  `json:"size,omitempty"`     // bytes, if known (placement waits for a report otherwise)
+	Replicas   int    `json:"replicas,omitempty"` // 0: every worker with room
+}
+
+// WorkerModelState is one worker's state for a model in ModelStatus.
+type WorkerModelState struct {
+	Worker string `json:"worker"`
+	State  string `json:"state"` // a cluster.Model* state, "assigned" before the first report, "serving" for unmanaged models
+	Bytes  int64  `json:"bytes,omitempty"`
+	Total  int64  `json:"total,omitempty"`
+	From   string `json:"from,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// ModelStatus is a registry entry with its placement and progress.
+type ModelStatus struct {
+	ModelSpec
+	Assigned []string           `json:"assigned"` // placement (managed models)
+	Serving  []string           `json:"serving"`  // workers serving it now (gossip)
+	Workers  []WorkerModelState `json:"workers"`
+}

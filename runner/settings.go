@@ -1,0 +1,84 @@
+package runner
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Settings are a worker's engine settings, the same for every model it
+// serves (its -model and the models placed on it later). Config is the one
+// place a runner Config is built from them.
+type Settings struct {
+	Backend string // engine backend name: auto, cpu, metal, metal-emulated
+	Threads int    // 0: every core
+	Slots   int    // sequences decoded at once
+	// KVBytes is the KV cache budget; 0 derives it (see Config).
+	KVBytes       int64
+	NoPrefixCache bool
+	KVF32         bool // keep the cpu backend's KV cache in float32
+}
+
+// Config returns the runner configuration of the model at modelDir served
+// as name. Without a KV budget the cpu backend's is derived here from the
+// machine and the weights (defaultKVBytes); the other backends (metal, and
+// auto, which is metal on a Mac with a GPU) budget themselves
+// (engine.KVBudgeter: the working set less the uploaded weights) or take
+// the engine's default.
+func (s Settings) Config(modelDir, name string) Config {
+	cfg := DefaultConfig()
+	cfg.ModelDir = modelDir
+	cfg.ModelName = name
+	cfg.Backend = s.Backend
+	cfg.Threads = s.Threads
+	if s.Slots > 0 {
+		cfg.MaxSeqs = s.Slots
+	}
+	cfg.NoPrefixCache = s.NoPrefixCache
+	cfg.KVF16 = !s.KVF32
+	cfg.KVBytes = s.KVBytes
+	if cfg.KVBytes == 0 && cfg.Backend == "cpu" {
+		cfg.KVBytes = defaultKVBytes(WeightBytes(modelDir))
+	}
+	return cfg
+}
+
+// kvHeadroom is memory left for activations and scratch buffers when the
+// KV budget is derived from the machine's memory; minKVBytes is the least
+// budget derived that way.
+const (
+	kvHeadroom = 1 << 30
+	minKVBytes = 256 << 20
+)
+
+// kvBudgetFrom is the KV budget on a machine whose accelerator may use
+// workingSet bytes, for weights of the given size: what is left after the
+// weights and kvHeadroom, at least minKVBytes.
+func kvBudgetFrom(workingSet, weights int64) int64 {
+	return max(workingSet-weights-kvHeadroom, minKVBytes)
+}
+
+// WeightBytes is the size of the checkpoint's weight files (safetensors,
+// GGUF) at path, a folder or a file; 0 if unknown.
+func WeightBytes(path string) int64 {
+	var n int64
+	filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() {
+			if p != path {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if ext := strings.ToLower(filepath.Ext(p)); ext == ".safetensors" || ext == ".gguf" || ext == ".bin" {
+			if st, err := os.Stat(p); err == nil { // follows the HF cache's symlinks
+				n += st.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
