@@ -134,15 +134,15 @@ func storeKVF16(c *kvCache, kt, vt *Tensor, s engine.AttnSeq, lo, hi int) {
 			c.k16[r*c.cap+s.Pos] = tensor.F32ToF16(kt.data[s.Row*c.dim+r])
 		}
 	}
-	var buf [16]uint16
+	var wide [16]float32
 	for i0 := 0; i0 < s.N && s.N > 1; i0 += 16 {
 		i1 := min(s.N, i0+16)
 		for r := lo; r < hi; r++ {
-			h := buf[:i1-i0]
-			for i := range h {
-				h[i] = tensor.F32ToF16(kt.data[(s.Row+i0+i)*c.dim+r])
+			w := wide[:i1-i0]
+			for i := range w {
+				w[i] = kt.data[(s.Row+i0+i)*c.dim+r]
 			}
-			copy(c.k16[r*c.cap+s.Pos+i0:], h)
+			kernels.F32ToF16(c.k16[r*c.cap+s.Pos+i0:][:len(w)], w)
 		}
 	}
 	for i := 0; i < s.N; i++ {
