@@ -109,9 +109,24 @@ func AttentionRowF16(out, q []float32, group, hd int, kt []uint16, ldk int, v []
 		a[x] = v * scale
 	}
 	clear(s)
+	// The first key block and the start of the value rows are asked for
+	// before any is needed (the chunks below prefetch one block ahead).
+	PrefetchF16(kt, hd, ldk, min(n, 128))
+	PrefetchF16(v, 1, 0, min(n, 64)*hd)
 	g := 0
 	for ; g+1 < group; g += 2 {
-		AxpysF16x2(s[g*n:(g+1)*n], s[(g+1)*n:(g+2)*n], a[g*hd:(g+1)*hd], a[(g+1)*hd:(g+2)*hd], kt, ldk, hd)
+		// 128 positions at a time, asking for the next 128 of the same key
+		// rows meanwhile: the rows are ldk apart, too short a run each for
+		// the hardware prefetchers. Splitting at multiples of 128 keeps
+		// every column's bits (the kernel's column blocks are 128 wide).
+		for c := 0; c < n; c += 128 {
+			e := min(n, c+128)
+			var next []uint16
+			if e < n && g == 0 {
+				next = kt[e:]
+			}
+			AxpysF16x2Next(s[g*n+c:g*n+e], s[(g+1)*n+c:(g+1)*n+e], a[g*hd:(g+1)*hd], a[(g+1)*hd:(g+2)*hd], kt[c:], next, ldk, hd)
+		}
 	}
 	if g < group {
 		AxpysF16(s[g*n:(g+1)*n], a[g*hd:(g+1)*hd], kt, ldk, hd)
