@@ -158,7 +158,7 @@ func appendStr(b []byte, s string) []byte {
 }
 
 // DenseMeta is the metadata of a dense qwen2/qwen3 model as llama.cpp's
-// converter writes it (architecture keys only; no tokenizer).
+// converter writes it (architecture keys; no tokenizer, see below).
 func DenseMeta(c *Config) ([]Meta, error) {
 	var arch string
 	for a, mt := range architectures {
@@ -185,6 +185,11 @@ func DenseMeta(c *Config) ([]Meta, error) {
 		{arch + ".rope.freq_base", float32(c.RopeTheta)},
 	}
 	meta = append(meta, RopeMeta(arch, c.RopeScaling)...)
+	// No vocabulary is stored: tokenizer model "none" with the vocabulary
+	// size is what llama.cpp's loader accepts for such a file (without the
+	// tokenizer keys it refuses it; it sizes the vocabulary from
+	// <arch>.vocab_size then).
+	meta = append(meta, Meta{"tokenizer.ggml.model", "none"}, Meta{arch + ".vocab_size", u(c.VocabSize)})
 	if c.BOSTokenID >= 0 {
 		meta = append(meta, Meta{"tokenizer.ggml.bos_token_id", u(c.BOSTokenID)})
 	}
