@@ -187,6 +187,10 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 		}
 		maxLen = max(maxLen, s.Pos+s.N)
 		for h := 0; h < p.KVHeads; h++ {
+			if c.f16 && s.N > 1 { // one task per head: its K/V widened once (attentionF16)
+				tasks = append(tasks, task{si, h, 0, s.N})
+				continue
+			}
 			for r := 0; r < s.N; r += attnRows {
 				tasks = append(tasks, task{si, h, r, min(s.N, r+attnRows)})
 			}
@@ -215,10 +219,11 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 }
 
 // attentionF16 is one attention task over an f16 cache: a decode row reads
-// the halves in place (kernels.AttentionRowF16); prompt rows widen the
-// head's K and V up to their last position into scratch and run the
-// float32 GEMMs (kernels.AttentionRows). buf is the task's scratch
-// (AttentionScratch + 2·hd·(pos+rows) floats).
+// the halves in place (kernels.AttentionRowF16); prompt rows (all of one
+// head's, one task) widen the head's K and V up to their last position
+// into scratch once and run the float32 GEMMs (kernels.AttentionRows) on
+// blocks of attnRows rows. buf is the task's scratch (AttentionScratch for
+// attnRows rows + 2·hd·(pos+rows) floats).
 func attentionF16(c *kvCache, d, qt *Tensor, kvHead, group, hd, row, pos, rows int, scale float32, buf []float32) {
 	out, q := d.data[row*d.cols+kvHead*group*hd:], qt.data[row*qt.cols+kvHead*group*hd:]
 	n := pos + rows
@@ -233,5 +238,8 @@ func attentionF16(c *kvCache, d, qt *Tensor, kvHead, group, hd, row, pos, rows i
 		kernels.F16ToF32(wk[x*n:(x+1)*n], kt[x*c.cap:x*c.cap+n])
 	}
 	kernels.F16ToF32(wv, v[:n*hd])
-	kernels.AttentionRows(out, d.cols, q, qt.cols, rows, group, hd, wk, n, wv, pos, scale, buf[2*hd*n:])
+	for r := 0; r < rows; r += attnRows {
+		rr := min(rows-r, attnRows)
+		kernels.AttentionRows(out[r*d.cols:], d.cols, q[r*qt.cols:], qt.cols, rr, group, hd, wk, n, wv, pos+r, scale, buf[2*hd*n:])
+	}
 }
