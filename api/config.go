@@ -32,6 +32,15 @@ type Config struct {
 	StreamWriteTimeout time.Duration
 	// Auth checks API keys; nil serves everyone anonymously.
 	Auth KeyChecker
+	// ModelAliases maps model names that clients send (an agent's vendor
+	// model, e.g. "claude-sonnet-4-5") to models the pool serves
+	// (--model-alias). Responses name the model the client asked for.
+	ModelAliases map[string]string
+	// Responses keeps stored Responses API responses (store,
+	// previous_response_id, GET/DELETE /v1/responses/{id}). The
+	// coordinator's is cluster-wide; nil keeps them in this process
+	// (NewMemoryResponseStore), which only suits a single coordinator.
+	Responses ResponseStore
 
 	// Admin serves macpool's own endpoints beside the OpenAI ones (keys,
 	// drain, model registry, cluster status: api/admin); nil: not served.
@@ -73,6 +82,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("api probe timeout %v must be positive", c.ProbeTimeout)
 	case c.StreamWriteTimeout < 0:
 		return fmt.Errorf("api stream write timeout %v must not be negative", c.StreamWriteTimeout)
+	}
+	for alias, model := range c.ModelAliases {
+		if alias == "" || model == "" {
+			return fmt.Errorf("api model alias %q=%q must name both the alias and the model", alias, model)
+		}
+		if _, chained := c.ModelAliases[model]; chained {
+			return fmt.Errorf("api model alias %s=%s must point at a served model, not at alias %s", alias, model, model)
+		}
 	}
 	return validateHandlers(c.Handlers)
 }

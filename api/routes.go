@@ -49,6 +49,7 @@ func (s *Server) routes() *gin.Engine {
 	v1.POST("/embeddings", s.embeddings)
 	v1.GET("/models", s.models)
 	v1.GET("/models/*model", s.model)
+	s.agentRoutes(v1) // Anthropic Messages and OpenAI Responses (agents.go)
 
 	s.adminRoutes(e)   // admin.go: Config.Admin (keys, drain, registry, status)
 	s.mountHandlers(e) // mount.go: Config.Handlers (/metrics, the dashboard)
@@ -99,15 +100,19 @@ func newRequestID() string {
 	return string(b[:])
 }
 
-// auth checks "Authorization: Bearer KEY" when a KeyChecker is configured.
-// A request without a key is checked as key "": the checker decides whether
-// anonymous callers are allowed (the coordinator allows them while no keys
-// exist).
+// auth checks "Authorization: Bearer KEY" (or Anthropic's "x-api-key: KEY")
+// when a KeyChecker is configured. A request without a key is checked as
+// key "": the checker decides whether anonymous callers are allowed (the
+// coordinator allows them while no keys exist).
 func (s *Server) auth(c *gin.Context) {
 	if s.cfg.Auth == nil {
 		return
 	}
 	key := bearerToken(c)
+	if key == "" {
+		key = strings.TrimSpace(c.GetHeader("X-Api-Key"))
+	}
+	writeError := protocolErrorWriter(c)
 	id, err := s.cfg.Auth.Check(c.Request.Context(), key)
 	if err != nil {
 		var oe *openai.Error

@@ -21,6 +21,7 @@ import (
 
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/job"
+	"github.com/macpool/macpool/metrics"
 	"github.com/macpool/macpool/prefix"
 )
 
@@ -278,9 +279,8 @@ func (c *Coordinator) offer(ctx context.Context, s *stream, msg *nats.Msg, node 
 	return true
 }
 
-// RouteMetric is the counter of prefix-routing outcomes exported on
-// /metrics (label outcome: offered, taken, busy, fallback).
-const RouteMetric = "macpool_prefix_routes_total"
+// RouteMetric is the counter of prefix-routing outcomes.
+const RouteMetric = metrics.PrefixRoutes
 
 // registerRouteMetrics exports RouteStats in Config.Metrics and returns
 // the function that removes them again.

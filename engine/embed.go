@@ -49,6 +49,9 @@ func (m *Model) Embed(ctx context.Context, seqs []Seq) ([][]float32, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if !m.whole() {
+		return nil, m.stageErr("embed")
+	}
 	ha, ok := m.arch.(HiddenArch)
 	if !ok {
 		return nil, fmt.Errorf("embed: model_type %q does not support hidden-state output", m.cfg.ModelType)

@@ -24,6 +24,9 @@ func (m *Model) ForwardGreedy(ctx context.Context, seqs []Seq) (logits [][]float
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
+	if !m.whole() {
+		return nil, nil, m.stageErr("forward")
+	}
 	return m.runBatchGreedy(seqs, "forward", m.arch.VocabSize(), true, m.arch.Forward)
 }
 

@@ -123,6 +123,10 @@ type Options struct {
 	// llama.cpp's default f16 cache; attention then differs from a float32
 	// cache by ~1e-3 relative.
 	KVF16 bool
+	// Stage loads one pipeline stage of the model: decoder layers
+	// [First, Last) and only their tensors (see stage.go). The zero value
+	// loads the whole model.
+	Stage Stage
 }
 
 // KVValueSizer is implemented by backends whose paged KV blocks store
@@ -139,6 +143,7 @@ type Model struct {
 	be      Backend
 	arch    Arch
 	cfg     *Config
+	stage   Stage // resolved; [0, NumHiddenLayers) for a whole model
 	closers []io.Closer
 	closed  bool
 }
@@ -155,7 +160,7 @@ func Load(dir string, opts Options) (*Model, error) {
 	if bf == nil {
 		return nil, fmt.Errorf("load %s: backend %q not registered (import engine/%s)", dir, name, name)
 	}
-	ck, err := checkpoint.Open(dir)
+	ck, err := checkpoint.OpenStage(dir, opts.Stage)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
@@ -193,7 +198,7 @@ func New(be Backend, src Source) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
 	}
-	return &Model{be: be, arch: arch, cfg: cfg}, nil
+	return &Model{be: be, arch: arch, cfg: cfg, stage: StageOf(src)}, nil
 }
 
 // Config is the model's configuration.
@@ -320,16 +325,16 @@ func (m *Model) Forward(ctx context.Context, seqs []Seq) ([][]float32, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if !m.whole() {
+		return nil, m.stageErr("forward")
+	}
 	return m.runBatch(seqs, "forward", m.arch.VocabSize(), m.arch.Forward)
 }
 
-// runBatch is the body shared by Forward and Embed: it validates the
-// sequences, packs them into one Batch, reserves paged blocks, runs run
-// under m.mu, reads back width floats per output row and commits the
-// tokens to the caches (or rolls the caches back on error). The two entry
-// points differ only in the op that produces the output tensor, its row
-// width and the error prefix op, so they share this one copy to keep the
-// cache bookkeeping and rollback from drifting apart.
+// runBatch is the pass behind Forward and Embed: runBatchRead reading
+// width floats per output row. The entry points differ only in the op that
+// produces the output tensor, its row width and the error prefix op, so
+// they share one copy of the cache bookkeeping and rollback.
 func (m *Model) runBatch(seqs []Seq, op string, width int, run func(*Batch) (Tensor, error)) ([][]float32, error) {
 	out, _, err := m.runBatchGreedy(seqs, op, width, false, run)
 	return out, err
@@ -340,24 +345,54 @@ func (m *Model) runBatch(seqs []Seq, op string, width int, run func(*Batch) (Ten
 // Seq.Greedy), computed on the device when the backend implements
 // ArgmaxOps (the row's logits are then not read: nil).
 func (m *Model) runBatchGreedy(seqs []Seq, op string, width int, greedy bool, run func(*Batch) (Tensor, error)) ([][]float32, []int, error) {
+	var out [][]float32
+	var toks []int
+	err := m.runBatchRead(seqs, op, run, func(res Tensor, b *Batch) error {
+		var err error
+		out, toks, err = m.readOutputs(res, seqs, len(b.Outputs), width, greedy)
+		return err
+	})
+	return out, toks, err
+}
+
+// runBatchRows is runBatch for an op that returns every row of the batch
+// (a pipeline stage that is not the last): it returns them flat, [T × width].
+func (m *Model) runBatchRows(seqs []Seq, op string, width int, run func(*Batch) (Tensor, error)) ([]float32, error) {
+	var flat []float32
+	err := m.runBatchRead(seqs, op, run, func(res Tensor, b *Batch) error {
+		if res.Rows() != len(b.Tokens) || res.Cols() != width {
+			return fmt.Errorf("stage output is [%d, %d], want [%d, %d]", res.Rows(), res.Cols(), len(b.Tokens), width)
+		}
+		flat = make([]float32, len(b.Tokens)*width)
+		return m.be.Read(res, flat)
+	})
+	return flat, err
+}
+
+// runBatchRead is the one body of every batched pass: it validates the
+// sequences, packs them into one Batch, reserves paged blocks, runs run
+// under m.mu, hands the result to read (still under m.mu; the result is
+// released afterwards) and commits the tokens to the caches, or rolls the
+// caches back when run or read fails.
+func (m *Model) runBatchRead(seqs []Seq, op string, run func(*Batch) (Tensor, error), read func(Tensor, *Batch) error) error {
 	vocab := m.arch.VocabSize()
 	b := &Batch{Seqs: make([]BatchSeq, len(seqs))}
 	seen := make(map[*Cache]bool, len(seqs))
 	for i, s := range seqs {
 		switch {
 		case s.Cache == nil || s.Cache.freed:
-			return nil, nil, fmt.Errorf("%s: sequence %d has no cache (nil or freed)", op, i)
+			return fmt.Errorf("%s: sequence %d has no cache (nil or freed)", op, i)
 		case s.Cache.m != m:
-			return nil, nil, fmt.Errorf("%s: sequence %d: cache belongs to another model", op, i)
+			return fmt.Errorf("%s: sequence %d: cache belongs to another model", op, i)
 		case seen[s.Cache]:
-			return nil, nil, fmt.Errorf("%s: sequence %d: cache used twice in one batch", op, i)
+			return fmt.Errorf("%s: sequence %d: cache used twice in one batch", op, i)
 		case len(s.Tokens) == 0:
-			return nil, nil, fmt.Errorf("%s: sequence %d has no tokens", op, i)
+			return fmt.Errorf("%s: sequence %d has no tokens", op, i)
 		}
 		seen[s.Cache] = true
 		for _, id := range s.Tokens {
 			if id < 0 || id >= vocab {
-				return nil, nil, fmt.Errorf("%s: sequence %d: token id %d out of range [0,%d)", op, i, id, vocab)
+				return fmt.Errorf("%s: sequence %d: token id %d out of range [0,%d)", op, i, id, vocab)
 			}
 		}
 		row, pos := len(b.Tokens), s.Cache.n
@@ -383,20 +418,18 @@ func (m *Model) runBatchGreedy(seqs []Seq, op string, width int, greedy bool, ru
 					r.Cache.paged.trimBlocks(r.Cache.n)
 				}
 			}
-			return nil, nil, fmt.Errorf("%s: sequence %d: %w", op, i, err)
+			return fmt.Errorf("%s: sequence %d: %w", op, i, err)
 		}
 	}
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, nil, errClosed
+		return errClosed
 	}
 	res, err := run(b)
-	var out [][]float32
-	var toks []int
 	if err == nil {
-		out, toks, err = m.readOutputs(res, seqs, len(b.Outputs), width, greedy)
+		err = read(res, b)
 		m.be.Release(res)
 	}
 	if err != nil {
@@ -408,7 +441,7 @@ func (m *Model) runBatchGreedy(seqs []Seq, op string, width int, greedy bool, ru
 				s.Cache.paged.trimBlocks(s.Cache.n)
 			}
 		}
-		return nil, nil, fmt.Errorf("%s: %w", op, err)
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	for _, s := range seqs {
 		s.Cache.n += len(s.Tokens)
@@ -416,7 +449,7 @@ func (m *Model) runBatchGreedy(seqs []Seq, op string, width int, greedy bool, ru
 			s.Cache.paged.appended(s.Tokens)
 		}
 	}
-	return out, toks, nil
+	return nil
 }
 
 // gemmRows is how many of n rows starting at position pos lie before

@@ -252,6 +252,9 @@ func (m *Model) NewKVPool(cfg KVPoolConfig) (*KVPool, error) {
 		p.bytes += int64(2 * s.heads * s.dim * cfg.BlockSize * valueBytes)
 	}
 	if p.bytes == 0 {
+		if !m.whole() {
+			return nil, fmt.Errorf("kv pool: stage %v has no attention layers (use per-sequence caches: Model.NewCache)", m.stage)
+		}
 		return nil, fmt.Errorf("kv pool: model has no attention layers")
 	}
 	n := cfg.MaxBlocks

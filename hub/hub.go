@@ -197,12 +197,16 @@ func (h *Hub) ResolveRef(ctx context.Context, r Ref) (string, error) {
 				h.log.Warn("hub unreachable, using the cached snapshot", "model", r.String(), "err", err)
 				return p, nil
 			}
-			return "", fmt.Errorf("%w (no complete cached copy to fall back to)", err)
+			return "", fmt.Errorf("%w (no complete cached copy to fall back to; %s)", err, OfflineHint)
 		}
 		return "", err
 	}
 	return h.fetch(ctx, repo, r, info)
 }
+
+// OfflineHint tells how to start without the Hub; it ends the error of a
+// model that is neither reachable nor cached.
+const OfflineHint = "to start offline, pass a local folder or .gguf file, e.g. a tiny random model: macpool testmodel -out /tmp/tiny && macpool up --model /tmp/tiny"
 
 // unreachableError marks failures to reach the Hub at all (transport errors,
 // 5xx): the cases where a cached snapshot is used instead.

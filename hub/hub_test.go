@@ -729,8 +729,8 @@ func TestOfflineFallback(t *testing.T) {
 	if got, err := h.Resolve(ctx, "Qwen/Qwen3-Test"); err != nil || got != first {
 		t.Fatalf("hub down: got %q, %v, want the cached %s", got, err, first)
 	}
-	if _, err := h.Resolve(ctx, "Qwen/Qwen3-Test-GGUF:Q8_0"); err == nil || !strings.Contains(err.Error(), "503") {
-		t.Fatalf("hub down, nothing cached: got %v, want the 503", err)
+	if _, err := h.Resolve(ctx, "Qwen/Qwen3-Test-GGUF:Q8_0"); err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), OfflineHint) {
+		t.Fatalf("hub down, nothing cached: got %v, want the 503 and how to start offline", err)
 	}
 	f.srv.Close() // connection refused
 	if got, err := h.Resolve(ctx, "Qwen/Qwen3-Test"); err != nil || got != first {

@@ -113,9 +113,10 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 		if s.N == 0 {
 			continue
 		}
-		// Decode over a long cache: the split kernels, with the contiguous
-		// cache as one block of c.cap positions (rows before s.Row skip).
-		if s.N*p.Heads < splitMaxGroups && s.Pos+s.N > b.attnChunk {
+		// Rows past one chunk: the split kernels (as paged caches; batch
+		// invariance), with the contiguous cache as one block of c.cap
+		// positions (rows before s.Row skip).
+		if s.Pos+s.N > b.attnChunk {
 			ri := make([]int32, 2*(s.Row+s.N))
 			for r := 0; r < s.Row; r++ {
 				ri[2*r] = -1

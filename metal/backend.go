@@ -96,13 +96,21 @@ type Backend struct {
 	closed  bool
 	// weightBytes is the device memory of the uploaded weights (KV budget).
 	weightBytes atomic.Int64
+	// Dispatch trace (StartTrace): records, and the command buffer count.
+	tracing bool
+	trace   []DispatchRecord
+	traceCB int
 }
 
 var _ engine.Backend = (*Backend)(nil)
 
-var pipelineNames = []string{"embed", "matmul", "rmsnorm", "rope", "store_kv", "attention", "swiglu", "sigmoid_mul", "add", "copy2d", "gather",
-	"dn_conv", "dn_conv_state", "dn_rule", "dn_gated_norm", "moe_route", "moe_matmul", "moe_combine", "argmax",
+var pipelineNames = []string{"embed", "matmul", "matmul_gate_up", "rmsnorm", "rope", "store_kv", "attention", "swiglu", "sigmoid_mul", "add", "copy2d", "gather",
+	"dn_conv", "dn_conv_state", "dn_rule", "dn_gated_norm", "moe_route", "moe_matmul", "moe_gate_up", "moe_combine", "argmax",
 	"store_kv_paged", "attention_paged", "attention_paged_part", "attention_combine"}
+
+// maxGroupThreads is the largest threadgroup any op dispatches (the
+// elementwise kernels' 256).
+const maxGroupThreads = 256
 
 // New compiles the kernel library on cfg.Device and prepares its pipelines.
 // The backend owns the device from here on (Close closes it).
@@ -149,6 +157,11 @@ func New(cfg Config) (*Backend, error) {
 		}
 		if b.pipes[n] == nil {
 			b.missing[n] = fmt.Errorf("kernel %s not in any library (%v)", n, libErr)
+		}
+	}
+	for n, p := range b.pipes {
+		if p.MaxThreads() < maxGroupThreads {
+			return nil, fmt.Errorf("metal: kernel %s allows %d threads per threadgroup; the backend dispatches up to %d", n, p.MaxThreads(), maxGroupThreads)
 		}
 	}
 	if b.dummy, err = b.dev.NewBuffer(64); err != nil {
@@ -271,6 +284,9 @@ func (b *Backend) commit() {
 	b.cb.Commit()
 	b.flight = append(b.flight, b.cb)
 	b.cb, b.ncb = nil, 0
+	if b.tracing {
+		b.traceCB++
+	}
 }
 
 // sync commits the current command buffer, waits for every committed one
@@ -341,16 +357,24 @@ func (b *Backend) dispatch(name string, groups, threads [3]int, args ...gpu.Arg)
 		b.cb = b.dev.NewCommandBuffer()
 	}
 	b.cb.Dispatch(p, groups, threads, args...)
+	if b.tracing {
+		b.record(name, groups, threads, args)
+	}
 	// Split only after a dispatch: a Use before it stays in its buffer.
 	if b.ncb++; b.split > 0 && b.ncb >= b.split {
 		b.commit()
 	}
 }
 
+// maxInlineBytes bounds inline kernel data: Apple documents
+// setBytes:length:atIndex: for data smaller than 4 KiB (a 512-row paged
+// table is exactly 4096 bytes and must take a buffer).
+const maxInlineBytes = 4096 - 1
+
 // hostArg passes small host data inline (setBytes) and larger data through
 // a staging buffer freed after the next sync.
 func (b *Backend) hostArg(data []byte) gpu.Arg {
-	if len(data) <= 4096 {
+	if len(data) <= maxInlineBytes {
 		return gpu.Arg{Bytes: data}
 	}
 	st, err := b.dev.NewBuffer(len(data))

@@ -65,10 +65,11 @@ func readRef(t *testing.T, dir, logitsPath string) (ids, greedyPrompt, greedyOut
 	return r.InputIDs, r.GreedyPrompt, r.GreedyOut, vocab, logits
 }
 
-// TestModelsMatchReference runs the dense Qwen3 fixtures through the
-// metal backend on the emulator: every position within 1e-4 rel-L2 of the
-// reference (HF float32; GGUF: the exact dequantized weights). Covers bf16,
-// MLX affine 4/8-bit, GGUF Q8_0/Q4_0 kernels and the float32 fallback (Q6_K).
+// TestModelsMatchReference runs every fixture model (qwen2, qwen3, qwen3
+// with tied embeddings, qwen3_moe, qwen3_5, qwen3_5_moe, qwen3_next; HF, MLX
+// and GGUF) through the metal backend — on Linux the host code on the fake
+// runtime, the kernels in the emulator: every position within 1e-4 rel-L2
+// of the reference (HF float32; GGUF: the exact dequantized weights).
 func TestModelsMatchReference(t *testing.T) {
 	gguf := fixture("gguf")
 	for _, c := range []struct{ name, model, ref, logits string }{
@@ -81,12 +82,19 @@ func TestModelsMatchReference(t *testing.T) {
 		{"hf/qwen3_moe", fixture("hf/qwen3_moe"), fixture("hf/qwen3_moe"), ""},
 		{"hf/qwen3_5_moe", fixture("hf/qwen3_5_moe"), fixture("hf/qwen3_5_moe"), ""},
 		{"mlx/qwen3_next-4bit", fixture("mlx/qwen3_next-4bit"), fixture("mlx/qwen3_next-4bit"), ""},
+		{"hf/qwen2", fixture("hf/qwen2"), fixture("hf/qwen2"), ""},
+		{"hf/qwen3_tied", fixture("hf/qwen3_tied"), fixture("hf/qwen3_tied"), ""},
+		{"mlx/qwen3_tied-4bit", fixture("mlx/qwen3_tied-4bit"), fixture("mlx/qwen3_tied-4bit"), ""},
+		{"mlx/qwen3_moe-4bit", fixture("mlx/qwen3_moe-4bit"), fixture("mlx/qwen3_moe-4bit"), ""},
+		{"mlx/qwen3_5_moe-4bit", fixture("mlx/qwen3_5_moe-4bit"), fixture("mlx/qwen3_5_moe-4bit"), ""},
 		{"gguf-q8_0", filepath.Join(gguf, "qwen3-q8_0.gguf"), gguf, filepath.Join(gguf, "qwen3-q8_0.ref_logits.f32")},
 		{"gguf-q4_0", filepath.Join(gguf, "qwen3-q4_0.gguf"), gguf, filepath.Join(gguf, "qwen3-q4_0.ref_logits.f32")},
 		{"gguf-q6_k", filepath.Join(gguf, "qwen3-q6_k.gguf"), gguf, filepath.Join(gguf, "qwen3-q6_k.ref_logits.f32")},
 		{"gguf-q4_k_m", filepath.Join(gguf, "qwen3-q4_k_m.gguf"), gguf, filepath.Join(gguf, "qwen3-q4_k_m.ref_logits.f32")},
 		{"gguf-qwen3moe-q4_k_m", filepath.Join(gguf, "qwen3moe-q4_k_m.gguf"), gguf, filepath.Join(gguf, "qwen3moe-q4_k_m.ref_logits.f32")},
 		{"gguf-qwen3moe-q4_0", filepath.Join(gguf, "qwen3moe-q4_0.gguf"), gguf, filepath.Join(gguf, "qwen3moe-q4_0.ref_logits.f32")},
+		{"gguf-bf16", filepath.Join(gguf, "qwen3-bf16.gguf"), gguf, filepath.Join(gguf, "qwen3-bf16.ref_logits.f32")},
+		{"gguf-qwen3moe-q8_0", filepath.Join(gguf, "qwen3moe-q8_0.gguf"), gguf, filepath.Join(gguf, "qwen3moe-q8_0.ref_logits.f32")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if _, err := os.Stat(c.model); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/metal/gpu"
@@ -17,7 +18,7 @@ type moeTable struct {
 	table  gpu.Buffer
 	params []byte // WeightParams, shared by every expert
 	rows   int
-	bufs   []gpu.Buffer // every buffer the table points into (made resident)
+	bufs   []gpu.Buffer // every buffer the table points into, once (made resident)
 }
 
 type moeTables struct{ gate, up, down *moeTable }
@@ -34,7 +35,9 @@ func (b *Backend) expertTable(ws []*Weight) (*moeTable, error) {
 			if buf == nil {
 				return b.dummy.GPUAddress()
 			}
-			t.bufs = append(t.bufs, buf)
+			if !slices.Contains(t.bufs, buf) { // stacked GGUF experts share a buffer
+				t.bufs = append(t.bufs, buf)
+			}
 			return buf.GPUAddress() + uint64(off)
 		}
 		tab = binary.LittleEndian.AppendUint64(tab, ptr(w.data, w.off))
@@ -112,20 +115,31 @@ func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEPa
 	idx, wts := b.scratchBuf(&b.moeIdx, 4*R), b.scratchBuf(&b.moeWts, 4*R)
 	b.dispatch("moe_route", [3]int{T, 1, 1}, [3]int{32, 1, 1}, buf(idx), buf(wts), buf(tt(logits).buf),
 		gpu.Arg{Bytes: pack(T, E, K, b2u(p.Normalize))})
-	gt, ut := b.NewTensor(R, inter), b.NewTensor(R, inter)
-	b.gathered(tt(gt).buf, xt.buf, tabs.gate, idx, R, inter, H, K, false)
-	b.gathered(tt(ut).buf, xt.buf, tabs.up, idx, R, inter, H, K, false)
-	b.SwiGLU(gt, gt, ut)
+	gt := b.NewTensor(R, inter)
+	var ut engine.Tensor
+	if b.pipes["moe_gate_up"] != nil && bytes.Equal(tabs.gate.params, tabs.up.params) {
+		// One dispatch for gate, up and SwiGLU (same bits as the three).
+		if b.cb == nil {
+			b.cb = b.dev.NewCommandBuffer()
+		}
+		b.cb.Use(append(append([]gpu.Buffer(nil), tabs.gate.bufs...), tabs.up.bufs...)...)
+		b.dispatch("moe_gate_up", [3]int{ceil(inter, 4), R, 1}, [3]int{128, 1, 1},
+			buf(tt(gt).buf), buf(xt.buf), buf(tabs.gate.table), buf(tabs.up.table), gpu.Arg{Bytes: tabs.gate.params},
+			buf(idx), gpu.Arg{Bytes: pack(R, inter, H, K, b2u(false))})
+	} else {
+		ut = b.NewTensor(R, inter)
+		b.gathered(tt(gt).buf, xt.buf, tabs.gate, idx, R, inter, H, K, false)
+		b.gathered(tt(ut).buf, xt.buf, tabs.up, idx, R, inter, H, K, false)
+		b.SwiGLU(gt, gt, ut)
+	}
 	yt := b.NewTensor(R, H)
 	b.gathered(tt(yt).buf, tt(gt).buf, tabs.down, idx, R, H, inter, K, true)
 	ys, g := gpu.Arg{Buf: b.dummy}, gpu.Arg{Buf: b.dummy}
 	var sy, sg, su engine.Tensor
 	if w.Shared != nil {
 		si := ww(w.Shared.Gate).rows
-		sg, su = b.NewTensor(T, si), b.NewTensor(T, si)
-		b.MatMul(sg, x, w.Shared.Gate, nil)
-		b.MatMul(su, x, w.Shared.Up, nil)
-		b.SwiGLU(sg, sg, su)
+		sg = b.NewTensor(T, si)
+		b.gateUp(sg, x, w.Shared.Gate, w.Shared.Up)
 		sy = b.NewTensor(T, H)
 		b.MatMul(sy, sg, w.Shared.Down, nil)
 		gate := b.NewTensor(T, 1)

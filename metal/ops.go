@@ -1,6 +1,7 @@
 package metal
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/macpool/macpool/engine"
@@ -64,6 +65,30 @@ func (b *Backend) MatMul(dst, x engine.Tensor, w engine.Weight, bias engine.Weig
 	args = append(args, biasArg, gpu.Arg{Bytes: pack(s.rows, wt.rows, wt.cols, hasBias)})
 	const sg, mb = 4, 8 // MM_SG, MM_MB in dense.metal
 	b.dispatch("matmul", [3]int{ceil(wt.rows, sg), ceil(s.rows, mb), 1}, [3]int{32 * sg, 1, 1}, args...)
+}
+
+// gateUp sets dst = silu(x·gateᵀ) * (x·upᵀ) in one dispatch when the two
+// matrices are stored alike (the bits of two MatMuls and a SwiGLU), else
+// through those three.
+func (b *Backend) gateUp(dst, x engine.Tensor, gate, up engine.Weight) {
+	d, s, g, u := tt(dst), tt(x), ww(gate), ww(up)
+	if b.pipes["matmul_gate_up"] == nil || !bytes.Equal(g.params, u.params) || g.cols%8 != 0 ||
+		s.cols != g.cols || d.rows != s.rows || d.cols != g.rows || d == s {
+		ut := b.NewTensor(d.rows, d.cols)
+		b.MatMul(dst, x, gate, nil)
+		b.MatMul(ut, x, up, nil)
+		b.SwiGLU(dst, dst, ut)
+		b.Release(ut)
+		return
+	}
+	if s.rows == 0 {
+		return
+	}
+	args := append([]gpu.Arg{buf(d.buf), buf(s.buf)}, b.weightArgs(g)[:3]...)
+	args = append(args, b.weightArgs(u)...)
+	args = append(args, gpu.Arg{Bytes: pack(s.rows, g.rows, g.cols, 0)})
+	const sg, mb = 4, 8 // MM_SG, MM_MB in dense.metal
+	b.dispatch("matmul_gate_up", [3]int{ceil(g.rows, sg), ceil(s.rows, mb), 1}, [3]int{32 * sg, 1, 1}, args...)
 }
 
 // RMSNorm implements engine.Backend.

@@ -197,32 +197,40 @@ func (b *Backend) attentionPaged(d, qt *Tensor, seqs []engine.AttnSeq, p engine.
 
 // splitAttention runs attention for batch rows [0, rows) (row table ri,
 // block tables tab, blocks of bs positions in k and v) with each row's
-// positions split into chunks of attnChunk, when that pays: few (head,
-// row) pairs (decode) over caches longer than one chunk. It reports
-// whether it did; otherwise the caller runs the one-pass kernel.
+// positions split into chunks of attnChunk, whenever a row reaches past one
+// chunk. It reports whether it did; otherwise (every row within one chunk)
+// the caller runs the one-pass kernel, which gives those rows the same bits.
+// The choice depends on no other row's length or count, so a row's result
+// is the same whatever shares its batch (decode beside a prefill, a resume
+// prefilling generated tokens): batch invariance.
 func (b *Backend) splitAttention(d, qt *Tensor, k, v gpu.Buffer, ri, tab gpu.Arg, rows, bs, maxPos int, p engine.AttnParams) bool {
 	splits := ceil(maxPos, b.attnChunk)
-	scratch := 4 * rows * p.Heads * splits * (p.HeadDim + 2)
-	if splits < 2 || p.Heads*rows >= splitMaxGroups || scratch > splitMaxScratch ||
-		b.pipes["attention_paged_part"] == nil || b.pipes["attention_combine"] == nil {
+	if splits < 2 {
 		return false
 	}
-	// One scratch for all layers: the combine of layer l runs before the
-	// part kernel of layer l+1 overwrites it (serial dispatch).
-	part := b.scratchBuf(&b.attnPart, scratch)
-	b.dispatch("attention_paged_part", [3]int{p.Heads, rows, splits}, [3]int{32, 1, 1},
-		buf(part), buf(qt.buf), buf(k), buf(v), ri, tab,
-		gpu.Arg{Bytes: pack(p.Heads, p.KVHeads, p.HeadDim, bs, p.Scale, b.attnChunk, splits)})
-	b.dispatch("attention_combine", [3]int{p.Heads, rows, 1}, [3]int{32, 1, 1},
-		buf(d.buf), buf(part), ri, gpu.Arg{Bytes: pack(p.Heads, p.HeadDim, splits)})
+	if b.pipes["attention_paged_part"] == nil || b.pipes["attention_combine"] == nil {
+		panic(fmt.Sprintf("metal: %v", b.missing["attention_paged_part"]))
+	}
+	// Blocks of rows bound the scratch; one scratch for all blocks and
+	// layers: a block's combine runs before the next part kernel
+	// overwrites it (serial dispatch).
+	perRow := 4 * p.Heads * splits * (p.HeadDim + 2)
+	block := max(1, min(rows, splitMaxScratch/perRow))
+	part := b.scratchBuf(&b.attnPart, block*perRow)
+	for r0 := 0; r0 < rows; r0 += block {
+		n := min(block, rows-r0)
+		b.dispatch("attention_paged_part", [3]int{p.Heads, n, splits}, [3]int{32, 1, 1},
+			buf(part), buf(qt.buf), buf(k), buf(v), ri, tab,
+			gpu.Arg{Bytes: pack(p.Heads, p.KVHeads, p.HeadDim, bs, p.Scale, b.attnChunk, splits, r0)})
+		b.dispatch("attention_combine", [3]int{p.Heads, n, 1}, [3]int{32, 1, 1},
+			buf(d.buf), buf(part), ri, gpu.Arg{Bytes: pack(p.Heads, p.HeadDim, splits, r0)})
+	}
 	return true
 }
 
-// Split (flash-decoding) paged attention: positions per split, and the
-// limits under which a call is split (fewer (head, row) pairs than
-// splitMaxGroups: decode batches, not prefill; bounded scratch).
+// Split (flash-decoding) attention: positions per split, and the scratch
+// one block of rows may use.
 const (
 	defaultAttnChunk = 128
-	splitMaxGroups   = 1024
 	splitMaxScratch  = 16 << 20
 )

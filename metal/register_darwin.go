@@ -22,3 +22,7 @@ func init() {
 		return New(Config{Device: dev, Name: "metal"})
 	})
 }
+
+// EmulatedHostStats reports nothing on darwin: the host code talks to the
+// real Objective-C runtime (use the Mac checklist in docs/metal.md).
+func EmulatedHostStats() (s HostStats, ok bool) { return HostStats{}, false }

@@ -43,7 +43,7 @@ func serveTokens(ctx context.Context, e *runner.Runner, prompt []int, maxTokens 
 	return ids, err
 }
 
-// TestServeMatchesCPU serves greedy requests through engine/serve on the
+// TestServeMatchesCPU serves greedy requests through the runner on the
 // metal backend (paged KV cache, prefix cache — for the hybrid qwen3_5 with
 // recurrent-state snapshots —, batched passes, GPU greedy sampling) and on the CPU backend: the tokens must be the same. One
 // request first fills the prefix cache, then three run at once sharing its

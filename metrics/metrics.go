@@ -30,6 +30,10 @@ const Path = "/metrics"
 // not serve (their names are client input, so they are not kept).
 const UnknownModel = "_unknown"
 
+// PrefixRoutes is the counter of prefix-routing outcomes the coordinator
+// exports (label outcome: offered, taken, busy, fallback).
+const PrefixRoutes = "macpool_prefix_routes_total"
+
 // Histogram buckets, in seconds.
 var (
 	// Queue wait: from admission to a worker taking the job.

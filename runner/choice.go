@@ -315,7 +315,7 @@ func (o *output) push(text, reason string) error {
 	if o.silent {
 		return nil
 	}
-	if ev.Text == "" && ev.Reasoning == "" && len(ev.ToolCalls) == 0 && !final {
+	if ev.Text == "" && ev.Reasoning == "" && len(ev.ToolCalls) == 0 && !final && !o.e.noText {
 		return nil // logprobs and token ids wait for the event that carries their text
 	}
 	if len(o.lps) > 0 {

@@ -24,11 +24,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/engine/checkpoint"
 	"github.com/macpool/macpool/engine/gguf"
 	"github.com/macpool/macpool/job"
 )
@@ -206,7 +206,7 @@ func poolVector(h []float32, dims int) []float32 {
 func (e *Runner) embedSpecialTokens() (prefix, suffix []int) {
 	e.emb.once.Do(func() {
 		dir := e.cfg.ModelDir
-		if strings.HasSuffix(dir, ".gguf") {
+		if checkpoint.IsGGUF(dir) {
 			e.emb.prefix, e.emb.suffix = ggufSpecialTokens(dir)
 			return
 		}

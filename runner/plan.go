@@ -95,6 +95,8 @@ func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
 					return nil, openai.InvalidRequest("prompt", "token id %d is outside the vocabulary [0, %d)", id, e.model.VocabSize())
 				}
 			}
+		case e.noText:
+			return nil, openai.InvalidRequest("prompt", "model %s has no tokenizer: the prompt must be token ids", e.cfg.ModelName)
 		default:
 			p.prompt = e.tok.Encode(r.Prompt.Texts[0])
 		}

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -32,6 +33,7 @@ import (
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/chat/grammar"
 	"github.com/macpool/macpool/engine/chat/template"
+	"github.com/macpool/macpool/engine/checkpoint"
 	_ "github.com/macpool/macpool/engine/cpu" // the "cpu" backend
 	"github.com/macpool/macpool/engine/gguf"
 	_ "github.com/macpool/macpool/engine/qwen" // the Qwen model types
@@ -39,6 +41,10 @@ import (
 	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/prefix"
 )
+
+// ErrNoTokenizer is returned by New for a checkpoint folder without
+// tokenizer.json unless Config.TokensOnly is set.
+var ErrNoTokenizer = errors.New("the checkpoint has no tokenizer")
 
 // Config configures an Engine.
 type Config struct {
@@ -52,10 +58,22 @@ type Config struct {
 	// ModelName is the name clients use (informational; routing is the
 	// cluster's job). Default: ModelDir's base name.
 	ModelName string
-	// Backend, Threads and KVF16 are passed to engine.Load.
-	Backend string
-	Threads int
-	KVF16   bool
+	// Backend, Threads, KVF16, Quantize and ExactMatMul are passed to
+	// engine.Load (see engine.Options).
+	Backend     string
+	Threads     int
+	KVF16       bool
+	Quantize    string
+	ExactMatMul bool
+	// TokensOnly serves a checkpoint without a tokenizer: prompts must be
+	// token ids, events carry no text, and every generated token comes
+	// with an event of its own (macpool run --tokens --output ids on a bare
+	// checkpoint). A checkpoint that has a tokenizer is served as usual.
+	TokensOnly bool
+	// AllowNoEOS serves a checkpoint none of whose end-of-sequence ids is
+	// in the vocabulary (the tiny test fixtures): generation then ends at
+	// max_tokens only. A server refuses such a model; macpool run accepts it.
+	AllowNoEOS bool
 	// MaxSeqs is the most sequences (choices of all requests) decoded at
 	// once; more wait for a free slot.
 	MaxSeqs int
@@ -124,6 +142,7 @@ type Runner struct {
 	tmpl     *template.Template // nil when the folder has no chat template
 	xmlTools bool               // the template writes Qwen3-Coder/3.5 XML calls
 	thinking bool               // the template knows <think>
+	noText   bool               // Config.TokensOnly and no tokenizer: tok is empty
 	eos      []int
 	maxCtx   int
 	defaults genDefaults
@@ -187,7 +206,8 @@ func New(cfg Config, logger *slog.Logger) (*Runner, error) {
 		return nil, err
 	}
 	if e.model == nil {
-		m, err := engine.Load(cfg.ModelDir, engine.Options{Backend: cfg.Backend, Threads: cfg.Threads, KVF16: cfg.KVF16})
+		m, err := engine.Load(cfg.ModelDir, engine.Options{Backend: cfg.Backend, Threads: cfg.Threads, KVF16: cfg.KVF16,
+			Quantize: cfg.Quantize, ExactMatMul: cfg.ExactMatMul})
 		if err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
 		}
@@ -210,7 +230,7 @@ func New(cfg Config, logger *slog.Logger) (*Runner, error) {
 			e.eos = append(e.eos, id)
 		}
 	}
-	if len(e.eos) == 0 {
+	if len(e.eos) == 0 && !cfg.AllowNoEOS {
 		e.Close()
 		return nil, fmt.Errorf("serve: %s: no end-of-sequence token id in config, generation_config or tokenizer", cfg.ModelDir)
 	}
@@ -230,7 +250,7 @@ func New(cfg Config, logger *slog.Logger) (*Runner, error) {
 // defaults: from the folder, or from a GGUF file's metadata.
 func (e *Runner) loadText() error {
 	dir := e.cfg.ModelDir
-	if st, err := os.Stat(dir); err == nil && !st.IsDir() && strings.HasSuffix(dir, ".gguf") {
+	if checkpoint.IsGGUF(dir) {
 		f, err := gguf.Open(dir)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
@@ -259,6 +279,18 @@ func (e *Runner) loadText() error {
 		return nil
 	}
 	tok, err := tokenizer.Load(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if !e.cfg.TokensOnly {
+			return fmt.Errorf("no tokenizer.json in %s (%w)", dir, ErrNoTokenizer)
+		}
+		// An empty vocabulary: every id decodes to nothing, and the EOS ids
+		// come from the model's config alone.
+		if e.tok, err = tokenizer.New(tokenizer.Spec{}); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		e.noText = true
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

@@ -1,23 +1,19 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/client"
 	"github.com/macpool/macpool/cluster"
 )
 
 // adminFlags are the flags of the commands that call a coordinator's admin
-// endpoints (macpool keys, macpool drain; coordinator/keys.go).
+// endpoints (macpool keys, macpool drain, macpool models).
 type adminFlags struct {
 	coordinator string
 	key         string
@@ -42,76 +38,29 @@ func (f *adminFlags) credential() (string, error) {
 	if key != "" {
 		return key, nil
 	}
-	path, explicit := f.secretFile, true
-	if path == "" {
-		path = os.Getenv("MACPOOL_SECRET_FILE")
-	}
-	if path == "" {
-		explicit = false
-		if def, err := defaultSecretPath(); err == nil && exists(def) {
-			path = def
-		}
-	}
-	if path == "" || path == secretFileNone || (!explicit && !exists(path)) {
-		return "", nil
-	}
-	s, err := cluster.LoadSecret(path)
-	if err != nil {
+	s, _, err := cluster.FindSecret(f.secretFile, os.Getenv)
+	if err != nil || s == nil {
 		return "", err
 	}
 	return s.AdminToken(), nil
 }
 
-// call sends an admin request and decodes a 2xx JSON answer into out.
-func (f *adminFlags) call(ctx context.Context, method, path string, body, out any) error {
-	url := f.coordinator
-	if !strings.Contains(url, "://") {
-		url = "http://" + url
-	}
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return fmt.Errorf("encode request: %w", err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(url, "/")+path, rd)
-	if err != nil {
-		return fmt.Errorf("%w: -coordinator %q: %v", errUsage, f.coordinator, err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+// client is the admin client of -coordinator, with the credential.
+func (f *adminFlags) client() (*client.Client, error) {
 	key, err := f.credential()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+	c, err := client.New(f.coordinator, key, nil)
+	return c, usageErr(err)
+}
+
+// usageErr marks a bad address or model source as a usage error.
+func usageErr(err error) error {
+	if errors.Is(err, client.ErrAddress) || errors.Is(err, client.ErrSource) {
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("ask %s: %w", f.coordinator, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return fmt.Errorf("read answer of %s: %w", f.coordinator, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e openai.ErrorResponse
-		if json.Unmarshal(b, &e) == nil && e.Error != nil && e.Error.Message != "" {
-			return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, e.Error.Message)
-		}
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			return fmt.Errorf("decode answer of %s: %w", f.coordinator, err)
-		}
-	}
-	return nil
+	return err
 }
 
 // splitVerb separates a leading positional argument (a verb or a node

@@ -2,387 +2,56 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"os"
-	"runtime"
-	"runtime/pprof"
-	"slices"
 	"strings"
-	"time"
 
-	"github.com/macpool/macpool/engine"
-	"github.com/macpool/macpool/engine/checkpoint"
-	"github.com/macpool/macpool/engine/cpu"
-	"github.com/macpool/macpool/engine/cpu/kernels"
-	_ "github.com/macpool/macpool/engine/qwen"
+	"github.com/macpool/macpool/bench"
 	"github.com/macpool/macpool/engine/synth"
-	"github.com/macpool/macpool/engine/tensor"
 )
 
 func init() {
 	register("bench", "measure prefill and decode speed of a model (or a random model of a real shape)", runBench)
 }
 
-// benchResult is the --json output.
-type benchResult struct {
-	Model        string  `json:"model"`
-	Quant        string  `json:"quant"`
-	Threads      int     `json:"threads"`
-	Impl         string  `json:"impl"`
-	Layers       int     `json:"layers"`
-	PromptTokens int     `json:"prompt_tokens"`
-	GenTokens    int     `json:"gen_tokens"`
-	PrefillTokS  float64 `json:"prefill_tok_s"`
-	DecodeTokS   float64 `json:"decode_tok_s"`
-	// DecodeMedianTokS is 1 / the median time of one decoded token over all
-	// runs: on a shared machine it is far less disturbed by other processes'
-	// time slices than the mean.
-	DecodeMedianTokS float64 `json:"decode_median_tok_s"`
-	// DecodeAllocs is the heap allocations per decoded token (whole process).
-	DecodeAllocs  float64 `json:"decode_allocs_per_token"`
-	BandwidthGBs  float64 `json:"bandwidth_gb_s"`
-	BytesPerToken float64 `json:"bytes_per_token"`
-	LoadSeconds   float64 `json:"load_s"`
-	// LoadCPUSeconds is the CPU time (all threads, user + system) of the
-	// load: on a shared machine a steadier figure than LoadSeconds.
-	LoadCPUSeconds float64 `json:"load_cpu_s,omitempty"`
-	// EmptyContext: decode was measured from an empty cache (--llama-bench).
-	EmptyContext bool `json:"decode_from_empty_context,omitempty"`
-	// Resident memory after loading (Linux /proc/self/status, bytes): all,
-	// anonymous (heap: packed/quantized copies, KV), file-backed (mapped
-	// checkpoint pages); FileBytes is the size of --model when it is a file.
-	RSSBytes     int64 `json:"rss_bytes,omitempty"`
-	RSSAnonBytes int64 `json:"rss_anon_bytes,omitempty"`
-	RSSFileBytes int64 `json:"rss_file_bytes,omitempty"`
-	// RSSLoadBytes is the growth of the resident size from before the
-	// model was built to after (the model's share of RSSBytes).
-	RSSLoadBytes int64  `json:"rss_load_bytes,omitempty"`
-	FileBytes    int64  `json:"file_bytes,omitempty"`
-	LoadAvg      string `json:"load_avg,omitempty"`
-
-	// Backend figures of a GPU backend (--backend metal, metal-emulated).
-	*benchBackend
-}
-
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	c := bench.DefaultConfig()
 	fs := newFlagSet("bench", stderr)
-	model := fs.String("model", "", "model folder or .gguf file")
-	synthetic := fs.String("synthetic", "", "random-weight model of a real shape: "+strings.Join(synth.Shapes(), ", "))
-	quant := fs.String("quant", "q8_0", "with --synthetic: bf16, f32, q8_0, q4_0, mlx4, mlx8")
-	quantize := fs.String("quantize", "", "quantize float matrices at load: q8 or q4")
-	layers := fs.Int("layers", 0, "with --synthetic: keep only the first N layers (big shapes in little memory)")
-	promptTokens := fs.Int("prompt-tokens", 512, "prompt length (prefill, one batch)")
-	genTokens := fs.Int("gen-tokens", 128, "tokens decoded one at a time after the prompt")
-	threads := fs.Int("threads", 0, "CPU threads (0 = every core)")
-	repeat := fs.Int("repeat", 1, "runs; the best of each figure is reported")
-	exact := fs.Bool("exact", false, "float32 activations for quantized weights (see engine.Options.ExactMatMul)")
-	asJSON := fs.Bool("json", false, "print one JSON object")
+	fs.StringVar(&c.Model, "model", "", "model folder or .gguf file")
+	fs.StringVar(&c.Synthetic, "synthetic", "", "random-weight model of a real shape: "+strings.Join(synth.Shapes(), ", "))
+	fs.StringVar(&c.Quant, "quant", c.Quant, "with --synthetic: bf16, f32, q8_0, q4_0, mlx4, mlx8")
+	fs.StringVar(&c.Quantize, "quantize", "", "quantize float matrices at load: q8 or q4")
+	fs.IntVar(&c.Layers, "layers", 0, "with --synthetic: keep only the first N layers (big shapes in little memory)")
+	fs.IntVar(&c.PromptTokens, "prompt-tokens", c.PromptTokens, "prompt length (prefill, one batch)")
+	fs.IntVar(&c.GenTokens, "gen-tokens", c.GenTokens, "tokens decoded one at a time after the prompt")
+	fs.IntVar(&c.Threads, "threads", 0, "CPU threads (0 = every core)")
+	fs.IntVar(&c.Repeat, "repeat", c.Repeat, "runs; the best of each figure is reported")
+	fs.BoolVar(&c.ExactMatMul, "exact", false, "float32 activations for quantized weights (see engine.Options.ExactMatMul)")
+	fs.BoolVar(&c.JSON, "json", false, "print one JSON object")
 	backend := backendFlag(fs)
-	concurrency := fs.Int("concurrency", 0, "concurrent streams through the serving scheduler (0: one stream on the bare model)")
-	cachedPrefix := fs.Int("cached-prefix", 0, "with --concurrency: prompt tokens shared with a warm-up request (prefix cache)")
-	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and prompt")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed runs to this file")
-	kvF16 := fs.Bool("kv-f16", true, "KV cache in half precision, as the worker (paged) and llama.cpp keep it (cpu.Config.KVF16; -kv-f16=false: float32)")
-	llamaBench := fs.Bool("llama-bench", false, "measure as llama-bench does (pp N, tg M): the decode starts from an empty cache instead of after the prompt")
-	writeGGUF := fs.String("write-gguf", "", "with --synthetic (dense qwen3 and qwen3-moe shapes, q8_0/q4_0/bf16/f32): write the model to this .gguf file and exit")
-	writeMLX := fs.String("write-mlx", "", "with --synthetic (dense qwen2/qwen3 shapes): write the model as an MLX/safetensors checkpoint folder and exit")
+	fs.IntVar(&c.Concurrency, "concurrency", 0, "concurrent streams through the serving scheduler (0: one stream on the bare model)")
+	fs.IntVar(&c.CachedPrefix, "cached-prefix", 0, "with --concurrency: prompt tokens shared with a warm-up request (prefix cache)")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the synthetic weights and prompt")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the timed runs to this file")
+	fs.BoolVar(&c.KVF16, "kv-f16", c.KVF16, "KV cache in half precision, as the worker (paged) and llama.cpp keep it (cpu.Config.KVF16; -kv-f16=false: float32)")
+	fs.BoolVar(&c.LlamaBench, "llama-bench", false, "measure as llama-bench does (pp N, tg M): the decode starts from an empty cache instead of after the prompt")
+	fs.StringVar(&c.WriteGGUF, "write-gguf", "", "with --synthetic (dense qwen3 and qwen3-moe shapes, q8_0/q4_0/bf16/f32): write the model to this .gguf file and exit")
+	fs.StringVar(&c.WriteMLX, "write-mlx", "", "with --synthetic (dense qwen2/qwen3 shapes): write the model as an MLX/safetensors checkpoint folder and exit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	switch {
-	case (*model == "") == (*synthetic == ""):
-		return fmt.Errorf("%w: give exactly one of --model and --synthetic", errUsage)
-	case *promptTokens < 1 || *genTokens < 1:
-		return fmt.Errorf("%w: --prompt-tokens %d and --gen-tokens %d must be at least 1", errUsage, *promptTokens, *genTokens)
-	case *concurrency < 0:
-		return fmt.Errorf("%w: --concurrency %d must not be negative", errUsage, *concurrency)
-	case *threads < 0 || *repeat < 1:
-		return fmt.Errorf("%w: --threads %d must not be negative, --repeat %d at least 1", errUsage, *threads, *repeat)
+	c.Backend = *backend
+	defer func() { err = reportEmulatedHost(*backend, stderr, err) }()
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if err := resolveModelFlag(ctx, model, stderr); err != nil { // hub: repo id → cache path
+	if err := resolveModelFlag(ctx, &c.Model, stderr); err != nil { // hub: repo id → cache path
 		return err
 	}
-	cfg := cpu.DefaultConfig()
-	if *threads > 0 {
-		cfg.Threads = *threads
+	err = bench.Run(ctx, c, stdout, stderr)
+	if errors.Is(err, bench.ErrConfig) {
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	cfg.ExactMatMul = *exact
-	cfg.KVF16 = *kvF16
-	switch *quantize {
-	case "":
-	case "q8", "q8_0":
-		cfg.Quantize = tensor.Q8_0
-	case "q4", "q4_0":
-		cfg.Quantize = tensor.Q4_0
-	default:
-		return fmt.Errorf("%w: --quantize %q: want q8 or q4", errUsage, *quantize)
-	}
-
-	// The source: a synthetic model or a checkpoint, wrapped to record the
-	// bytes of every tensor the architecture binds.
-	var src engine.Source
-	res := benchResult{Threads: cfg.Threads, Impl: kernels.Impl(), PromptTokens: *promptTokens, GenTokens: *genTokens}
-	if *synthetic != "" {
-		q, err := synth.ParseQuant(*quant)
-		if err != nil {
-			return fmt.Errorf("%w: --quant: %v", errUsage, err)
-		}
-		c, err := synth.Config(*synthetic)
-		if err != nil {
-			return fmt.Errorf("%w: --synthetic: %v", errUsage, err)
-		}
-		sm, err := synth.New(c, q, *seed, *layers)
-		if err != nil {
-			return err
-		}
-		src, res.Model, res.Quant = sm, *synthetic, string(q)
-		if *writeGGUF != "" {
-			return writeSyntheticGGUF(sm, *writeGGUF, stderr)
-		}
-		if *writeMLX != "" {
-			return writeSyntheticMLX(sm, *synthetic, *layers, *writeMLX, stderr)
-		}
-	} else {
-		ck, err := checkpoint.Open(*model)
-		if err != nil {
-			return err
-		}
-		defer ck.Close()
-		src, res.Model, res.Quant = ck, *model, "stored"
-		if st, err := os.Stat(*model); err == nil && st.Mode().IsRegular() {
-			res.FileBytes = st.Size()
-		}
-	}
-	if *quantize != "" {
-		res.Quant += "→" + cfg.Quantize.String()
-	}
-	rec := &recordingSource{Source: src, quantize: cfg.Quantize, bytes: map[string]int{}}
-	be, err := newBenchBackend(*backend, cfg, *quantize)
-	if err != nil {
-		return err
-	}
-	defer be.Close()
-	if be.Name() != "cpu" {
-		res.Impl = be.Name() // the CPU kernels are not what runs
-	}
-	rssBefore, _, _ := residentBytes()
-	cpuBefore := processCPU()
-	start := time.Now()
-	m, err := engine.New(be, rec)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	res.LoadSeconds = time.Since(start).Seconds()
-	res.LoadCPUSeconds = processCPU() - cpuBefore
-	res.RSSBytes, res.RSSAnonBytes, res.RSSFileBytes = residentBytes()
-	res.RSSLoadBytes = res.RSSBytes - rssBefore
-	c := m.Config()
-	res.Layers = c.NumHiddenLayers
-	if !*asJSON {
-		fmt.Fprintf(stderr, "%s (%s, %d layers): built in %.2fs (%.2fs CPU), %s kernels, %d threads\n",
-			res.Model, res.Quant, c.NumHiddenLayers, res.LoadSeconds, res.LoadCPUSeconds, res.Impl, cfg.Threads)
-		if res.RSSBytes > 0 {
-			fmt.Fprintf(stderr, "resident %.3f GB after load (anonymous %.3f, file-backed %.3f; %.3f GB added by the load)", float64(res.RSSBytes)/1e9,
-				float64(res.RSSAnonBytes)/1e9, float64(res.RSSFileBytes)/1e9, float64(res.RSSLoadBytes)/1e9)
-			if res.FileBytes > 0 {
-				fmt.Fprintf(stderr, "; file %.3f GB, added/file %.3f", float64(res.FileBytes)/1e9, float64(res.RSSLoadBytes)/float64(res.FileBytes))
-			}
-			fmt.Fprintln(stderr)
-		}
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	if *concurrency > 0 {
-		return runBenchConcurrent(ctx, m, res, *concurrency, *cachedPrefix, *seed, *asJSON, stdout)
-	}
-
-	r := rand.New(rand.NewPCG(*seed, 2))
-	prompt := make([]int, *promptTokens)
-	for i := range prompt {
-		prompt[i] = r.IntN(m.VocabSize())
-	}
-	// Warm-up (page in mapped weights, size scratch buffers).
-	if err := benchRun(ctx, m, prompt[:min(16, len(prompt))], 2, false, nil); err != nil {
-		return err
-	}
-	res.EmptyContext = *llamaBench
-	var tokens []time.Duration
-	for range *repeat {
-		var t benchTimes
-		if err := benchRun(ctx, m, prompt, *genTokens, *llamaBench, &t); err != nil {
-			return err
-		}
-		res.PrefillTokS = max(res.PrefillTokS, float64(*promptTokens)/t.prefill.Seconds())
-		res.DecodeTokS = max(res.DecodeTokS, float64(*genTokens)/t.decode.Seconds())
-		tokens = append(tokens, t.tokens...)
-		res.DecodeAllocs = float64(t.allocs) / float64(*genTokens)
-	}
-	slices.Sort(tokens)
-	res.DecodeMedianTokS = 1 / tokens[len(tokens)/2].Seconds()
-	ctxLen := *promptTokens + *genTokens/2
-	if *llamaBench {
-		ctxLen = *genTokens / 2
-	}
-	res.BytesPerToken = rec.bytesPerToken(c, ctxLen)
-	res.BandwidthGBs = res.BytesPerToken * res.DecodeTokS / 1e9
-	res.benchBackend = backendFigures(be, res.BandwidthGBs)
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		res.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		return enc.Encode(res)
-	}
-	fmt.Fprintf(stdout, "prefill  %8.1f tok/s  (%d-token prompt)\n", res.PrefillTokS, res.PromptTokens)
-	after := "after the prompt"
-	if res.EmptyContext {
-		after = "from an empty cache"
-	}
-	fmt.Fprintf(stdout, "decode   %8.1f tok/s  (%d tokens %s; median token %.1f tok/s)\n", res.DecodeTokS, res.GenTokens, after, res.DecodeMedianTokS)
-	fmt.Fprintf(stdout, "allocs   %8.0f per decoded token\n", res.DecodeAllocs)
-	fmt.Fprintf(stdout, "memory   %8.1f GB/s   (%.3f GB of weights + KV cache per decoded token)\n", res.BandwidthGBs, res.BytesPerToken/1e9)
-	printBackendFigures(stdout, res.benchBackend)
-	if res.LoadAvg != "" {
-		fmt.Fprintf(stdout, "load average during the run: %s\n", res.LoadAvg)
-	}
-	return nil
-}
-
-type benchTimes struct {
-	prefill, decode time.Duration
-	tokens          []time.Duration // each decoded token
-	allocs          uint64          // heap allocations while decoding
-}
-
-// benchRun prefills prompt into a fresh cache and decodes gen tokens
-// greedily, timing both phases. With empty, the decode runs in a second
-// fresh cache starting from the prompt's first token, as llama-bench's
-// "tg" test does (its "pp" and "tg" tests each start from an empty cache).
-func benchRun(ctx context.Context, m *engine.Model, prompt []int, gen int, empty bool, t *benchTimes) error {
-	c, err := m.NewCache()
-	if err != nil {
-		return err
-	}
-	defer c.Free()
-	start := time.Now()
-	out, err := m.Forward(ctx, []engine.Seq{{Cache: c, Tokens: prompt}})
-	if err != nil {
-		return err
-	}
-	prefill := time.Since(start)
-	if empty {
-		e, err := m.NewCache()
-		if err != nil {
-			return err
-		}
-		defer e.Free()
-		if out, err = m.Forward(ctx, []engine.Seq{{Cache: e, Tokens: prompt[:1]}}); err != nil {
-			return err
-		}
-		c = e
-	}
-	var ms runtime.MemStats
-	if t != nil {
-		runtime.ReadMemStats(&ms)
-		t.allocs = ms.Mallocs
-	}
-	mid := time.Now()
-	last := mid
-	tok := engine.Argmax(out[0])
-	for range gen {
-		if tok, err = benchStep(ctx, m, c, tok); err != nil {
-			return err
-		}
-		if t != nil {
-			now := time.Now()
-			t.tokens = append(t.tokens, now.Sub(last))
-			last = now
-		}
-	}
-	if t != nil {
-		t.prefill, t.decode = prefill, time.Since(mid)
-		runtime.ReadMemStats(&ms)
-		t.allocs = ms.Mallocs - t.allocs
-	}
-	return nil
-}
-
-// recordingSource notes the stored size of every tensor bound, as the
-// backend will hold it (after --quantize).
-type recordingSource struct {
-	engine.Source
-	quantize tensor.Format
-	bytes    map[string]int
-}
-
-func (s *recordingSource) Tensor(name string) (*tensor.Host, error) {
-	h, err := s.Source.Tensor(name)
-	if err != nil {
-		return nil, err
-	}
-	n := len(h.Data)
-	for _, a := range []*tensor.Host{h.Scales, h.Biases} {
-		if a != nil {
-			n += len(a.Data)
-		}
-	}
-	switch h.Format {
-	case tensor.F32, tensor.F16, tensor.BF16:
-		if s.quantize != 0 && len(h.Shape) == 2 && h.Rows() > 1 && h.Cols()%32 == 0 {
-			per := 34
-			if s.quantize == tensor.Q4_0 {
-				per = 18
-			}
-			n = h.Numel() / 32 * per
-		}
-	}
-	s.bytes[name] = n
-	return h, nil
-}
-
-// bytesPerToken estimates the bytes a decoded token reads: every matrix
-// once (MoE experts: the top-k share), one embedding row, the KV cache of
-// the full-attention layers at context ctxLen (float32) and the recurrent
-// state of the linear-attention layers.
-func (s *recordingSource) bytesPerToken(c *engine.Config, ctxLen int) float64 {
-	var total float64
-	for name, n := range s.bytes {
-		switch {
-		case name == "model.embed_tokens.weight" && !(c.TieWordEmbeddings && !s.Has("lm_head.weight")):
-			total += float64(n) / float64(c.VocabSize)
-		case strings.Contains(name, ".mlp.experts.") && c.NumExperts > 0:
-			total += float64(n) * float64(c.NumExpertsPerTok) / float64(c.NumExperts)
-		default:
-			total += float64(n)
-		}
-	}
-	hd := c.HeadDim
-	if hd == 0 && c.NumAttentionHeads > 0 {
-		hd = c.HiddenSize / c.NumAttentionHeads
-	}
-	kvh := c.NumKeyValueHeads
-	if kvh == 0 {
-		kvh = c.NumAttentionHeads
-	}
-	for i := range c.NumHiddenLayers {
-		if c.IsLinearAttention(i) {
-			total += float64(4 * c.LinearNumValueHeads * c.LinearKeyHeadDim * c.LinearValueHeadDim)
-		} else {
-			total += float64(2 * kvh * hd * 4 * ctxLen)
-		}
-	}
-	return total
+	return err
 }

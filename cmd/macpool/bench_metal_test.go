@@ -28,6 +28,11 @@ func TestBenchMetalEmulated(t *testing.T) {
 	if code := runMain(context.Background(), args, &out, &errb); code != 0 {
 		t.Fatalf("bench: exit %d: %s", code, errb.String())
 	}
+	// The host code ran against the fake Objective-C runtime and broke
+	// none of its rules.
+	if e := errb.String(); !strings.Contains(e, "metal-emulated: ") || !strings.Contains(e, " checked, 0 violations") {
+		t.Errorf("stderr %q lacks the metal-emulated line with 0 violations", e)
+	}
 	var res map[string]any
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		t.Fatalf("bench --json output %q: %v", out.String(), err)

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/macpool/macpool/api"
+	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
 	"github.com/macpool/macpool/dashboard"
@@ -105,6 +106,7 @@ type coordinatorFlags struct {
 	keyMaxStreams int
 	streamWrite   time.Duration
 	apiKeys       keyFlags
+	modelAliases  aliasFlags     // alias.go
 	discovery     discoveryFlags // LAN advertising (observe.go)
 }
 
@@ -136,6 +138,7 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.streamWrite, "stream-write-timeout", api.DefaultConfig().StreamWriteTimeout, "cut off a streaming client that has not read anything for this long, cancelling its generation (0: never)")
 	f.discovery.register(fs)
 	fs.Var(&f.apiKeys, "api-key", "store API key ID:SECRET in the cluster state (hashed; repeatable); once any key is stored, requests need one")
+	fs.Var(&f.modelAliases, "model-alias", "serve model MODEL under the name NAME too, e.g. claude-sonnet-4-5=qwen3.6-35b-a3b for agents that send their vendor's model names (NAME=MODEL; repeatable)")
 }
 
 func (f *coordinatorFlags) config(logger *slog.Logger, httpAddr string) (coordinator.Config, error) {
@@ -231,7 +234,7 @@ func startCoordinator(ctx context.Context, g *errgroup.Group, f *coordinatorFlag
 			for _, kv := range f.apiKeys {
 				id, secret, _ := strings.Cut(kv, ":")
 				kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				_, err := c.CreateAPIKey(kctx, coordinator.KeyRequest{ID: id, Name: id, Secret: secret})
+				_, err := c.CreateAPIKey(kctx, admin.KeyRequest{ID: id, Name: id, Secret: secret})
 				cancel()
 				if err != nil && ctx.Err() == nil {
 					return fmt.Errorf("store api key %s: %w", id, err)
@@ -254,6 +257,7 @@ func (f *coordinatorFlags) apiConfig(httpAddr string) api.Config {
 	acfg.Addr = httpAddr
 	acfg.ShutdownTimeout = 5 * time.Second
 	acfg.StreamWriteTimeout = f.streamWrite
+	acfg.ModelAliases = f.modelAliases
 	return acfg
 }
 
@@ -262,8 +266,9 @@ func (f *coordinatorFlags) apiConfig(httpAddr string) api.Config {
 // and the dashboard, on one router with acfg's timeouts. reg is the
 // registry the coordinator was configured with (Config.Metrics).
 func newHTTPServer(acfg api.Config, c *coordinator.Coordinator, reg *metrics.Registry, logger *slog.Logger) (*api.Server, error) {
-	acfg.Auth = c  // anonymous while the cluster stores no API keys
-	acfg.Admin = c // keys, drain (macpool keys, drain), model registry (macpool models), status
+	acfg.Auth = c                      // anonymous while the cluster stores no API keys
+	acfg.Admin = c                     // keys, drain (macpool keys, drain), model registry (macpool models), status
+	acfg.Responses = c.ResponseStore() // Responses API state, cluster-wide
 	d, err := dashboard.New(dashboard.DefaultConfig())
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/macpool/macpool/api"
+	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
 	"github.com/macpool/macpool/metrics"
 )
@@ -39,7 +40,7 @@ func TestCoordinatorHTTPServer(t *testing.T) {
 	fs := newFlagSet("coordinator", io.Discard)
 	f.register(fs)
 	if err := parseFlags(fs, []string{"-name", "c1", "-http", "127.0.0.1:0", "-gossip", "127.0.0.1:0", "-nats-listen", "127.0.0.1:0",
-		"-data-dir", filepath.Join(dir, "data"), "-fast-timeouts", "-no-discovery", "-secret-file", secretFileNone,
+		"-data-dir", filepath.Join(dir, "data"), "-fast-timeouts", "-no-discovery", "-secret-file", cluster.SecretFileNone,
 		"-stream-write-timeout", "1234ms"}); err != nil {
 		t.Fatal(err)
 	}

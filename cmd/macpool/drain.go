@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/macpool/macpool/coordinator"
 	"github.com/macpool/macpool/worker"
 )
 
@@ -84,43 +82,16 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *timeout < 0 || *wait <= 0 {
 		return fmt.Errorf("%w: -timeout must not be negative and -wait must be positive", errUsage)
 	}
+	c, err := af.client()
+	if err != nil {
+		return err
+	}
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	var resp coordinator.DrainResponse
-	err = af.call(rctx, "POST", coordinator.AdminPath+"drain", map[string]any{"node": node, "timeout_ms": timeout.Milliseconds()}, &resp)
+	resp, err := c.Drain(rctx, node, timeout.Milliseconds())
 	cancel()
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s: draining, %d job(s) running\n", node, resp.Running)
-
-	deadline := time.NewTimer(*wait)
-	defer deadline.Stop()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	last := resp.Running
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			return fmt.Errorf("%s is still in the cluster after %v", node, *wait)
-		case <-tick.C:
-		}
-		var st coordinator.NodeDrainState
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := af.call(rctx, "GET", coordinator.AdminPath+"drain/"+url.PathEscape(node), nil, &st)
-		cancel()
-		if err != nil {
-			fmt.Fprintf(stderr, "%v (retrying)\n", err)
-			continue
-		}
-		if !st.Present {
-			fmt.Fprintf(stdout, "%s: left the cluster\n", node)
-			return nil
-		}
-		if st.Running != last {
-			fmt.Fprintf(stdout, "%s: %d job(s) running\n", node, st.Running)
-			last = st.Running
-		}
-	}
+	return c.WaitDrained(ctx, node, resp.Running, *wait, stdout, stderr)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,23 +22,6 @@ func init() {
 	register("init", "make a new cluster secret (encrypts and authenticates gossip, NATS and Raft); copy it to every Mac", runInit)
 }
 
-// secretFileNone as -secret-file runs without a secret even if the default
-// file exists.
-const secretFileNone = "none"
-
-// defaultSecretPath is $MACPOOL_HOME/cluster.secret, else
-// ~/.config/macpool/cluster.secret (also on macOS: one path to scp to).
-func defaultSecretPath() (string, error) {
-	if h := os.Getenv("MACPOOL_HOME"); h != "" {
-		return filepath.Join(h, "cluster.secret"), nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("cluster secret: no home folder (set MACPOOL_HOME or pass the path): %w", err)
-	}
-	return filepath.Join(home, ".config", "macpool", "cluster.secret"), nil
-}
-
 func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("init", stderr)
 	out := fs.String("out", "", "secret file to write (default: $MACPOOL_SECRET_FILE, else $MACPOOL_HOME/cluster.secret, else ~/.config/macpool/cluster.secret)")
@@ -53,7 +35,7 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if path == "" {
 		var err error
-		if path, err = defaultSecretPath(); err != nil {
+		if path, err = cluster.DefaultSecretPath(os.Getenv); err != nil {
 			return err
 		}
 	}
@@ -84,7 +66,7 @@ func runInit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"only to your own Macs, over ssh, e.g.:\n\n"+
 		"  ssh OTHER-MAC 'mkdir -p -m 700 %s'\n"+
 		"  scp -p %s OTHER-MAC:%s\n\n", remoteDir, abs, remote)
-	if def, err := defaultSecretPath(); err == nil && def == path && os.Getenv("MACPOOL_HOME") == "" {
+	if def, err := cluster.DefaultSecretPath(os.Getenv); err == nil && def == path && os.Getenv("MACPOOL_HOME") == "" {
 		fmt.Fprintf(stdout, "macpool up, coordinator and worker load it from there by default.\n")
 	} else {
 		fmt.Fprintf(stdout, "Start macpool up, coordinator and worker with -secret-file %s\n(or MACPOOL_SECRET_FILE=%s).\n", shown, shown)
@@ -102,61 +84,20 @@ func (f *clusterFlags) clusterSecret(logger *slog.Logger, addrs ...string) (*clu
 	if f.secretLoaded {
 		return f.secret, nil
 	}
-	path, explicit := f.secretFile, true
-	if path == "" {
-		path = os.Getenv("MACPOOL_SECRET_FILE")
-	}
-	if path == "" {
-		explicit = false
-		var err error
-		if path, err = defaultSecretPath(); err != nil {
-			path = ""
-		}
-	}
-	var s *cluster.Secret
-	switch {
-	case path == secretFileNone:
-	case !explicit && path != "" && !exists(path):
-	case path != "":
-		var err error
-		if s, err = cluster.LoadSecret(path); err != nil {
-			return nil, err
-		}
+	s, path, err := cluster.FindSecret(f.secretFile, os.Getenv)
+	if err != nil {
+		return nil, err
 	}
 	f.secret, f.secretLoaded = s, true
 	if s != nil {
 		logger.Info("cluster secret: gossip, NATS and Raft encrypted and authenticated", "file", path, "id", s.ID())
 		return s, nil
 	}
-	var open []string
-	for _, a := range addrs {
-		if a != "" && !isLoopback(a) {
-			open = append(open, a)
-		}
-	}
-	if len(open) > 0 {
+	if open := cluster.ExposedAddrs(addrs...); len(open) > 0 {
 		logger.Warn("no cluster secret: anyone on the network can join this cluster and read its traffic (gossip, NATS queue, Raft); run 'macpool init' and copy the file to every Mac",
 			"listening", strings.Join(open, ","))
 	}
 	return nil, nil
-}
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
-
-// isLoopback reports whether listen address host:port binds only loopback.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // useClusterSecret makes LAN discovery look for (and advertise) only the

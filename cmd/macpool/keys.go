@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/url"
-	"text/tabwriter"
-	"time"
 
-	"github.com/macpool/macpool/coordinator"
+	"github.com/macpool/macpool/api/admin"
+	"github.com/macpool/macpool/client"
 )
 
 func init() {
@@ -31,15 +29,19 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer cancel()
 	switch verb {
 	case "create":
-		var req coordinator.KeyRequest
+		var req admin.KeyRequest
 		fs.StringVar(&req.ID, "id", "", "key id (default: key-<random>); shown in logs and used for fairness")
 		fs.StringVar(&req.Name, "name", "", "description")
 		fs.BoolVar(&req.Admin, "admin", false, "may manage keys and drain nodes (the first key of a cluster must be one)")
 		if err := parseFlags(fs, rest); err != nil {
 			return err
 		}
-		var k coordinator.CreatedKey
-		if err := af.call(ctx, "POST", coordinator.AdminPath+"keys", req, &k); err != nil {
+		c, err := af.client()
+		if err != nil {
+			return err
+		}
+		k, err := c.CreateKey(ctx, req)
+		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "created key %s (admin: %v)\n", k.ID, k.Admin)
@@ -50,18 +52,15 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err := parseFlags(fs, rest); err != nil {
 			return err
 		}
-		var list struct {
-			Data []coordinator.KeyInfo `json:"data"`
-		}
-		if err := af.call(ctx, "GET", coordinator.AdminPath+"keys", nil, &list); err != nil {
+		c, err := af.client()
+		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tADMIN\tCREATED\tLAST USED")
-		for _, k := range list.Data {
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", k.ID, k.Name, k.Admin, unixTime(k.Created), unixTime(k.LastUsed))
+		keys, err := c.Keys(ctx)
+		if err != nil {
+			return err
 		}
-		return tw.Flush()
+		return client.PrintKeys(stdout, keys)
 	case "revoke":
 		id, err := splitVerb(fs, rest)
 		if err != nil {
@@ -70,18 +69,15 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if id == "" {
 			return fmt.Errorf("%w: keys revoke needs the key id", errUsage)
 		}
-		if err := af.call(ctx, "DELETE", coordinator.AdminPath+"keys/"+url.PathEscape(id), nil, nil); err != nil {
+		c, err := af.client()
+		if err != nil {
+			return err
+		}
+		if err := c.RevokeKey(ctx, id); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "revoked key %s\n", id)
 		return nil
 	}
 	return fmt.Errorf("%w: unknown keys subcommand %q (create, list, revoke)", errUsage, verb)
-}
-
-func unixTime(s int64) string {
-	if s == 0 {
-		return "-"
-	}
-	return time.Unix(s, 0).UTC().Format("2006-01-02 15:04 UTC")
 }

@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 
 	"github.com/macpool/macpool/engine"
@@ -19,7 +19,7 @@ func init() {
 // runLogits runs one forward pass of --tokens through --model and writes the
 // logits of every position to --out as float32 little-endian, row-major
 // [len(tokens) × vocab] (the layout of the fixtures' ref_logits.f32).
-func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlagSet("logits", stderr)
 	model := fs.String("model", "", "model folder")
 	tokens := fs.String("tokens", "", "token ids, comma-separated")
@@ -28,6 +28,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	quantize := fs.String("quantize", "", "quantize float weight matrices at load: q8 or q4")
 	exact := fs.Bool("exact", false, "multiply quantized weights with float32 activations (slower, exact)")
 	backend := backendFlag(fs)
+	defer func() { err = reportEmulatedHost(*backend, stderr, err) }()
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -70,12 +71,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
-	var b [4]byte
-	for _, v := range logits[0] {
-		binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
-		w.Write(b[:])
-	}
-	if err := w.Flush(); err != nil {
+	if err := errors.Join(binary.Write(w, binary.LittleEndian, logits[0]), w.Flush()); err != nil {
 		f.Close()
 		return fmt.Errorf("write %s: %w", *out, err)
 	}

@@ -17,35 +17,6 @@ import (
 	"github.com/macpool/macpool/worker"
 )
 
-func TestPrintModels(t *testing.T) {
-	list := []coordinator.ModelStatus{
-		{ModelSpec: coordinator.ModelSpec{Name: "Qwen/Qwen3-8B", Source: "Qwen/Qwen3-8B", Managed: true, Size: 16_400_000_000},
-			Assigned: []string{"studio", "mini"},
-			Workers: []coordinator.WorkerModelState{
-				{Worker: "studio", State: cluster.ModelReady, From: "source"},
-				{Worker: "mini", State: cluster.ModelFetching, From: "peers", Bytes: 4_100_000_000, Total: 16_400_000_000},
-			}},
-		{ModelSpec: coordinator.ModelSpec{Name: "huge", Source: "/m/huge", SourceNode: "studio", Managed: true}, Assigned: []string{}},
-		{ModelSpec: coordinator.ModelSpec{Name: "static", Source: "worker:w1"}, Workers: []coordinator.WorkerModelState{{Worker: "w1", State: "serving"}}},
-	}
-	var b strings.Builder
-	if err := printModels(&b, list); err != nil {
-		t.Fatal(err)
-	}
-	out := b.String()
-	for _, want := range []string{
-		"NAME", "16.4 GB", "studio,mini",
-		"studio: ready (source)",
-		"mini: fetching (peers) [#####...............]  25% 4.1 GB/16.4 GB",
-		"/m/huge (on studio)", "(no worker has room)",
-		"(started with -model)", "w1: serving",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
-	}
-}
-
 // macpool models add/ls/rm against a coordinator and a worker taking
 // placed models (-backend test engine).
 func TestModelsCommand(t *testing.T) {

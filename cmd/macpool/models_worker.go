@@ -68,7 +68,7 @@ func (f *placedFlags) apply(cfg *worker.Config, cf *clusterFlags, wf *workerFlag
 		return e, e.Close, nil
 	}
 	pc.Resolve = func(ctx context.Context, ref string, progress func(bytes, total int64)) (string, error) {
-		hc, err := hubConfig(os.Getenv, stderr)
+		hc, err := hub.ConfigFromEnv(os.Getenv, stderr)
 		if err != nil {
 			return "", err
 		}

@@ -1,17 +1,14 @@
 package main
 
 // Observability and zero-config joining for the coordinator, worker and up
-// commands: /metrics, the dashboard, and LAN discovery (owner: discovery /
-// metrics / dashboard; see docs/notes/ops.md).
+// commands: /metrics, the dashboard, and LAN discovery.
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -63,54 +60,28 @@ func (f *discoveryFlags) discoverJoin(ctx context.Context, cf *clusterFlags, log
 	if f.off {
 		return fmt.Errorf("%w: -join is required with -no-discovery", errUsage)
 	}
-	d, err := discovery.New(f.config(logger))
-	if err != nil {
+	cfg := f.config(logger)
+	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	defer d.Close()
-	fmt.Fprintf(stderr, "no -join given: looking for cluster %q on the local network (mDNS, up to %v)...\n", f.cluster, f.wait)
-	dctx, cancel := context.WithTimeout(ctx, f.wait)
-	defer cancel()
-	addrs, err := d.Discover(dctx)
+	addrs, err := discovery.Find(ctx, cfg, f.wait, stderr)
 	if err != nil {
-		if errors.Is(err, discovery.ErrNotFound) {
-			return fmt.Errorf("%w; start a coordinator on this network, or pass -join HOST:PORT", err)
-		}
 		return err
 	}
-	fmt.Fprintf(stderr, "found cluster %q: joining %s\n", f.cluster, strings.Join(addrs, ","))
 	cf.join = strings.Join(addrs, ",")
 	return nil
 }
 
-// advertise announces a coordinator on the LAN until ctx ends. Failing to
-// advertise (no multicast interface, port 5353 unavailable) is logged, not
-// fatal: workers can still -join by address. A coordinator whose gossip is
-// bound to loopback (tests, one-machine setups) is not advertised: nothing
-// on the LAN could join it, and tests must not multicast onto real networks.
+// advertise announces a coordinator on the LAN until ctx ends
+// (discovery.Advertise), unless -no-discovery.
 func (f *discoveryFlags) advertise(ctx context.Context, g *errgroup.Group, name, gossip, httpAddr string, logger *slog.Logger) {
 	if f.off {
 		return
 	}
-	if host, _, err := net.SplitHostPort(gossip); err == nil {
-		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-			logger.Debug("not advertising a loopback gossip address on the LAN", "gossip", gossip)
-			return
-		}
-	}
 	cfg := f.config(logger)
-	cfg.Instance = strings.ReplaceAll(name, ".", "-")
-	cfg.Gossip = gossip
-	cfg.HTTP = httpAddr
-	d, err := discovery.New(cfg)
-	if err != nil {
-		logger.Warn("LAN discovery disabled", "err", err)
-		return
-	}
+	cfg.Instance, cfg.Gossip, cfg.HTTP = name, gossip, httpAddr
 	g.Go(func() error {
-		if err := d.Run(ctx); err != nil {
-			logger.Warn("LAN discovery stopped; workers must use -join", "err", err)
-		}
+		discovery.Advertise(ctx, cfg)
 		return nil
 	})
 }

@@ -6,17 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/macpool/macpool/engine"
-	_ "github.com/macpool/macpool/engine/cpu"  // registers the "cpu" backend
-	_ "github.com/macpool/macpool/engine/qwen" // registers the Qwen model types
+	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/engine/sample"
-	"github.com/macpool/macpool/engine/tokenizer"
+	"github.com/macpool/macpool/job"
+	"github.com/macpool/macpool/runner"
 )
 
 func init() {
@@ -28,9 +25,9 @@ func init() {
 // stdout as text, or as space-separated ids on one line (--output ids).
 // Generation stops after --max-tokens or at an EOS id of the config,
 // generation_config or tokenizer.
-func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlagSet("run", stderr)
-	model := fs.String("model", "", "model folder (config.json, *.safetensors; tokenizer.json for text)")
+	model := fs.String("model", "", "model folder (config.json, *.safetensors; tokenizer.json for text) or .gguf file")
 	prompt := fs.String("prompt", "", "prompt text (encoded with the model's tokenizer)")
 	tokens := fs.String("tokens", "", "prompt token ids, comma-separated (instead of --prompt)")
 	maxTokens := fs.Int("max-tokens", 256, "most tokens to generate")
@@ -42,6 +39,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	quantize := fs.String("quantize", "", "quantize float weight matrices at load: q8 or q4")
 	exact := fs.Bool("exact", false, "multiply quantized weights with float32 activations (slower, exact)")
 	backend := backendFlag(fs)
+	defer func() { err = reportEmulatedHost(*backend, stderr, err) }()
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -61,113 +59,92 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := resolveModelFlag(ctx, model, stderr); err != nil { // hub: repo id → cache path
 		return err
 	}
-	sampler, err := sample.New(sample.Params{Temperature: float32(*temperature), TopP: float32(*topP), Seed: *seed})
-	if err != nil {
+	// The sampler is the runner's; built here only to report bad
+	// parameters as usage errors before the model loads.
+	if _, err := sample.New(sample.Params{Temperature: float32(*temperature), TopP: float32(*topP), Seed: *seed}); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	var ids []int
 	if set["tokens"] {
+		var err error
 		if ids, err = parseIDs(*tokens); err != nil {
 			return fmt.Errorf("%w: --tokens: %v", errUsage, err)
 		}
 	}
-	var tok *tokenizer.Tokenizer
-	if set["prompt"] || *output == "text" {
-		if tok, err = loadTokenizer(*model); err != nil {
-			if set["prompt"] {
-				return fmt.Errorf("--prompt needs a tokenizer: %w", err)
-			}
-			return fmt.Errorf("--output text needs a tokenizer (or use --output ids): %w", err)
-		}
+	rc := runner.DefaultConfig()
+	rc.ModelDir, rc.Backend, rc.Threads, rc.Quantize, rc.ExactMatMul = *model, *backend, *threads, *quantize, *exact
+	rc.MaxSeqs, rc.AllowNoEOS = 1, true
+	rc.TokensOnly = !set["prompt"] && *output == "ids"
+	r, err := runner.New(rc, nil)
+	switch {
+	case errors.Is(err, runner.ErrNoTokenizer) && set["prompt"]:
+		return fmt.Errorf("--prompt needs a tokenizer: %w", err)
+	case errors.Is(err, runner.ErrNoTokenizer):
+		return fmt.Errorf("--output text needs a tokenizer (or use --output ids): %w", err)
+	case err != nil:
+		return err
 	}
+	defer r.Close()
 	if set["prompt"] {
-		if ids = tok.Encode(*prompt); len(ids) == 0 {
+		if ids = r.Tokenizer().Encode(*prompt); len(ids) == 0 {
 			return fmt.Errorf("%w: --prompt encodes to no tokens", errUsage)
 		}
 	}
+	if err := checkVocab(ids, r.Model().VocabSize()); err != nil {
+		return err
+	}
+	return generate(ctx, r, completion(ids, *maxTokens, *temperature, *topP, *seed), *output == "text", stdout, stderr)
+}
 
-	m, err := engine.Load(*model, engine.Options{Backend: *backend, Threads: *threads, Quantize: *quantize, ExactMatMul: *exact})
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	if err := checkVocab(ids, m.VocabSize()); err != nil {
-		return err
-	}
-	stop := m.EOSTokenIDs()
-	if tok != nil {
-		stop = append(stop, tok.EOSTokenIDs()...)
-	}
-	isStop := func(id int) bool {
-		for _, s := range stop {
-			if s == id {
-				return true
-			}
+// completion is the job of macpool run. Every sampling parameter is set,
+// so that the checkpoint's generation_config defaults, which a server
+// applies to what a request leaves out, do not change run's sampling.
+func completion(ids []int, maxTokens int, temperature, topP float64, seed uint64) *job.Job {
+	zero, topK, s := 0.0, 0, int64(seed)
+	return &job.Job{ID: "run", Kind: job.KindCompletion, Completion: &openai.CompletionRequest{
+		Prompt: openai.Prompt{Tokens: [][]int{ids}}, MaxTokens: &maxTokens, Temperature: &temperature, TopP: &topP,
+		TopK: &topK, MinP: &zero, RepetitionPenalty: &zero, Seed: &s}}
+}
+
+// generate runs j on r, streaming the text of the events (asText) or the
+// ids reported with them (space-separated) to stdout, then a newline; the
+// timing line goes to stderr. The runner reports the end-of-sequence id
+// with the last event and never its text, so ids include it and text
+// does not.
+func generate(ctx context.Context, r *runner.Runner, j *job.Job, asText bool, stdout, stderr io.Writer) error {
+	start := time.Now()
+	var firstAt time.Time
+	generated, first := 0, true
+	genErr := r.GenerateResume(ctx, j, nil, func(ev *job.Event, toks []int) error {
+		if len(toks) > 0 && firstAt.IsZero() {
+			firstAt = time.Now()
 		}
-		return false
-	}
-
-	var emit func(int) error
-	var stream *tokenizer.Stream
-	if *output == "text" {
-		stream = tok.NewStream()
-		emit = func(id int) error {
-			if isStop(id) {
-				return nil
-			}
-			_, err := io.WriteString(stdout, stream.Add(id))
+		generated += len(toks)
+		if asText {
+			_, err := io.WriteString(stdout, ev.Text)
 			return err
 		}
-	} else {
-		first := true
-		emit = func(id int) error {
+		for _, id := range toks {
 			sep := " "
 			if first {
 				sep, first = "", false
 			}
-			_, err := fmt.Fprintf(stdout, "%s%d", sep, id)
-			return err
+			if _, err := fmt.Fprintf(stdout, "%s%d", sep, id); err != nil {
+				return err
+			}
 		}
-	}
-	start := time.Now()
-	var firstAt time.Time
-	timed := func(id int) error {
-		if firstAt.IsZero() {
-			firstAt = time.Now()
-		}
-		return emit(id)
-	}
-	var gs engine.Sampler = sampler
-	if *temperature == 0 {
-		gs = engine.Greedy{} // the same argmax; on a GPU backend it runs there (metal)
-	}
-	gen, genErr := m.Generate(ctx, ids, *maxTokens, gs, stop, timed)
-	defer func() {
-		if len(gen) == 0 {
-			return
-		}
-		end := time.Now()
-		pre, dec := firstAt.Sub(start).Seconds(), end.Sub(firstAt).Seconds()
-		fmt.Fprintf(stderr, "prompt: %d tokens in %.2fs (%.1f tok/s); generated: %d tokens, %.1f tok/s after the first\n",
-			len(ids), pre, float64(len(ids))/pre, len(gen), float64(len(gen)-1)/max(dec, 1e-9))
-	}()
-	if stream != nil {
-		if _, err := io.WriteString(stdout, stream.Flush()); err != nil && genErr == nil {
-			genErr = err
-		}
-	}
+		return nil
+	})
 	if _, err := io.WriteString(stdout, "\n"); err != nil && genErr == nil {
 		genErr = err
 	}
-	return genErr
-}
-
-// loadTokenizer loads dir/tokenizer.json, reporting a missing file plainly.
-func loadTokenizer(dir string) (*tokenizer.Tokenizer, error) {
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("no tokenizer.json in %s", dir)
+	if generated > 0 {
+		n := len(j.Completion.Prompt.Tokens[0])
+		pre, dec := firstAt.Sub(start).Seconds(), time.Since(firstAt).Seconds()
+		fmt.Fprintf(stderr, "prompt: %d tokens in %.2fs (%.1f tok/s); generated: %d tokens, %.1f tok/s after the first\n",
+			n, pre, float64(n)/pre, generated, float64(generated-1)/max(dec, 1e-9))
 	}
-	return tokenizer.Load(dir)
+	return genErr
 }
 
 // given reports which flags were set on the command line.

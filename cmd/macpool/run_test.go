@@ -84,6 +84,28 @@ func TestRunText(t *testing.T) {
 	}
 }
 
+// A GGUF file carries its tokenizer in its metadata: `macpool run --model
+// X.gguf --prompt hi` reads it as `up` does (both go through the runner).
+func TestRunGGUF(t *testing.T) {
+	args := []string{"--model", "../../testdata/gguf/qwen3-q8_0.gguf", "--prompt", "hi", "--max-tokens", "4", "--threads", "1"}
+	var text, ids, stderr bytes.Buffer
+	if err := runRun(context.Background(), args, &text, &stderr); err != nil {
+		t.Fatalf("run text: %v (stderr %q)", err, stderr.String())
+	}
+	if text.Len() <= 1 || !strings.HasSuffix(text.String(), "\n") {
+		t.Errorf("--output text: %q, want text and a newline", text.String())
+	}
+	if !strings.HasPrefix(stderr.String(), "prompt: ") || !strings.Contains(stderr.String(), "tok/s after the first") {
+		t.Errorf("timing line: %q", stderr.String())
+	}
+	if err := runRun(context.Background(), append(args, "--output", "ids"), &ids, &stderr); err != nil {
+		t.Fatalf("run ids: %v", err)
+	}
+	if n := len(strings.Fields(ids.String())); n < 1 || n > 4 {
+		t.Errorf("--output ids: %d ids (%q), want 1 to 4", n, ids.String())
+	}
+}
+
 func link(t *testing.T, src, dst string) {
 	t.Helper()
 	abs, err := filepath.Abs(src)

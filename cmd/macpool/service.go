@@ -40,11 +40,11 @@ type envFlag []deploy.EnvVar
 
 func (e *envFlag) String() string { return fmt.Sprint(*e) }
 func (e *envFlag) Set(v string) error {
-	name, value, ok := strings.Cut(v, "=")
-	if !ok || name == "" {
-		return fmt.Errorf("%q must be NAME=VALUE", v)
+	ev, err := deploy.ParseEnvVar(v)
+	if err != nil {
+		return err
 	}
-	*e = append(*e, deploy.EnvVar{Name: name, Value: value})
+	*e = append(*e, ev)
 	return nil
 }
 
@@ -123,36 +123,24 @@ func runService(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if len(roles) == 0 {
 			roles = deploy.Roles
 		}
-		found := 0
-		for _, role := range roles {
-			cfg, err := serviceConfig(&f, role, nil)
-			if err != nil {
+		cfgs := make([]deploy.Config, len(roles))
+		for k, role := range roles {
+			var err error
+			if cfgs[k], err = serviceConfig(&f, role, nil); err != nil {
 				return err
 			}
-			inst, err := deploy.New(cfg, deploy.ExecRunner{})
-			if err != nil {
-				return fmt.Errorf("%w: %v", errUsage, err)
-			}
-			if sub == "uninstall" {
-				if err := inst.Uninstall(ctx); err != nil {
-					return err
-				}
-				fmt.Fprintf(stdout, "uninstalled %s (logs kept)\n", cfg.Path())
-				return nil
-			}
-			st, err := inst.Status(ctx)
-			if errors.Is(err, deploy.ErrNotInstalled) && len(fs.Args()) == 0 {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			found++
-			fmt.Fprintf(stdout, "%s:\n%s", role, st)
 		}
-		if found == 0 && len(fs.Args()) == 0 {
-			fmt.Fprintln(stdout, "no macpool service is installed")
+		if sub == "status" {
+			return deploy.Report(ctx, cfgs, deploy.ExecRunner{}, len(fs.Args()) == 0, stdout)
 		}
+		inst, err := deploy.New(cfgs[0], deploy.ExecRunner{})
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		if err := inst.Uninstall(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "uninstalled %s (logs kept)\n", cfgs[0].Path())
 		return nil
 	}
 	fmt.Fprintln(stderr, serviceUsage)
@@ -195,17 +183,7 @@ func serviceConfig(f *serviceFlags, role string, args []string) (deploy.Config, 
 	if cfg.WorkingDir, err = os.Getwd(); err != nil {
 		return cfg, err
 	}
-	set := map[string]bool{}
-	for _, e := range f.env {
-		set[e.Name] = true
-	}
-	cfg.Env = append(cfg.Env, f.env...)
-	for _, name := range strings.Split(f.passEnv, ",") {
-		name = strings.TrimSpace(name)
-		if v, ok := os.LookupEnv(name); ok && name != "" && !set[name] {
-			cfg.Env = append(cfg.Env, deploy.EnvVar{Name: name, Value: v})
-		}
-	}
+	cfg.AddEnv(f.env, f.passEnv, os.LookupEnv)
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("%w: %v", errUsage, err)
 	}

@@ -20,6 +20,8 @@ func runTestModel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	hidden := fs.Int("hidden", 32, "hidden size")
 	layers := fs.Int("layers", 2, "layers")
 	tokDir := fs.String("tokenizer", "", "folder with tokenizer.json and tokenizer_config.json (default: the repository's testdata/tokenizers/qwen3)")
+	maxPos := fs.Int("max-positions", 4096, "max_position_embeddings (context length) of the model")
+	eosBias := fs.Float64("eos-bias", 0, "scale the <|im_end|> embedding by this factor so that the random model ends its turns within a few tokens (agent demos and tests; 0: off)")
 	tmpl := fs.String("template", "", "chat template file to use instead of the tokenizer's (e.g. testdata/templates/Qwen3.5-4B.jinja)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -27,7 +29,7 @@ func runTestModel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *out == "" {
 		return fmt.Errorf("%w: -out is required", errUsage)
 	}
-	opts := testmodel.Options{Seed: *seed, HiddenSize: *hidden, Layers: *layers, TokenizerDir: *tokDir}
+	opts := testmodel.Options{Seed: *seed, HiddenSize: *hidden, Layers: *layers, TokenizerDir: *tokDir, MaxPositions: *maxPos, EOSBias: *eosBias}
 	if *tmpl != "" {
 		b, err := os.ReadFile(*tmpl)
 		if err != nil {

@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
-	"strings"
 
+	"github.com/macpool/macpool/engine/checkpoint"
 	"github.com/macpool/macpool/engine/tokenizer"
 )
 
@@ -23,13 +21,13 @@ func init() {
 // the ids as one JSON array line. Special-token text is matched as such.
 func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tokenize", stderr)
-	model := fs.String("model", "", "model folder with tokenizer.json")
+	model := fs.String("model", "", "model folder with tokenizer.json, or .gguf file")
 	text := fs.String("text", "", "text to tokenize")
 	file := fs.String("file", "", `file to tokenize ("-" = stdin)`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	set := flagsGiven(fs)
+	set := given(fs)
 	if *model == "" {
 		return fmt.Errorf("%w: --model is required", errUsage)
 	}
@@ -50,7 +48,7 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		input = string(data)
 	}
-	tok, err := tokenizer.Load(*model)
+	tok, err := checkpoint.LoadTokenizer(*model)
 	if err != nil {
 		return err
 	}
@@ -72,7 +70,7 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // prints it) and prints the text exactly, without adding a newline.
 func runDetokenize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("detokenize", stderr)
-	model := fs.String("model", "", "model folder with tokenizer.json")
+	model := fs.String("model", "", "model folder with tokenizer.json, or .gguf file")
 	tokens := fs.String("tokens", "", `token ids, comma-separated ("9707,11,1879") or a JSON array`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -80,14 +78,14 @@ func runDetokenize(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *model == "" {
 		return fmt.Errorf("%w: --model is required", errUsage)
 	}
-	if !flagsGiven(fs)["tokens"] {
+	if !given(fs)["tokens"] {
 		return fmt.Errorf("%w: --tokens is required", errUsage)
 	}
-	ids, err := parseTokenIDs(*tokens)
+	ids, err := tokenizer.ParseIDs(*tokens)
 	if err != nil {
 		return fmt.Errorf("%w: --tokens: %v", errUsage, err)
 	}
-	tok, err := tokenizer.Load(*model)
+	tok, err := checkpoint.LoadTokenizer(*model)
 	if err != nil {
 		return err
 	}
@@ -98,33 +96,4 @@ func runDetokenize(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	_, err = io.WriteString(stdout, tok.Decode(ids))
 	return err
-}
-
-// parseTokenIDs reads "1,2,3", "1 2 3" or "[1,2,3]"; an empty list is allowed.
-func parseTokenIDs(s string) ([]int, error) {
-	s = strings.TrimSpace(s)
-	if strings.HasPrefix(s, "[") {
-		var ids []int
-		if err := json.Unmarshal([]byte(s), &ids); err != nil {
-			return nil, fmt.Errorf("not a JSON array of integers: %v", err)
-		}
-		return ids, nil
-	}
-	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
-	ids := make([]int, 0, len(fields))
-	for _, f := range fields {
-		id, err := strconv.Atoi(f)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not an integer token id", f)
-		}
-		ids = append(ids, id)
-	}
-	return ids, nil
-}
-
-// flagsGiven returns the names of the flags given on the command line.
-func flagsGiven(fs *flag.FlagSet) map[string]bool {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	return set
 }

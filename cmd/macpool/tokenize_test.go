@@ -119,3 +119,18 @@ func TestTokenizeRegistered(t *testing.T) {
 		t.Errorf("stdout = %q", got)
 	}
 }
+
+// A GGUF file's tokenizer is read from its metadata, as run and up read it.
+func TestTokenizeGGUF(t *testing.T) {
+	const model = "../../testdata/gguf/qwen3-q8_0.gguf"
+	var ids, text, stderr bytes.Buffer
+	if err := runTokenize(context.Background(), []string{"--model", model, "--text", "hello world"}, &ids, &stderr); err != nil {
+		t.Fatalf("tokenize: %v", err)
+	}
+	if err := runDetokenize(context.Background(), []string{"--model", model, "--tokens", strings.TrimSpace(ids.String())}, &text, &stderr); err != nil {
+		t.Fatalf("detokenize %s: %v", ids.String(), err)
+	}
+	if text.String() != "hello world" {
+		t.Errorf("round trip through %s: got %q, want %q", ids.String(), text.String(), "hello world")
+	}
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"math"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -14,48 +13,6 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 )
-
-func TestParsePromAndQuantile(t *testing.T) {
-	text := `# HELP macpool_requests_total x
-# TYPE macpool_requests_total counter
-macpool_requests_total{kind="chat",model="m",status="200"} 7
-macpool_requests_total{kind="chat",model="m",status="429"} 3
-macpool_requests_total{kind="chat",model="a \"quoted\", name",status="200"} 1
-macpool_ttft_seconds_bucket{model="m",le="0.1"} 2
-macpool_ttft_seconds_bucket{model="m",le="0.2"} 6
-macpool_ttft_seconds_bucket{model="m",le="+Inf"} 8
-go_goroutines 12
-bad line
-`
-	p := parseProm(text)
-	for _, c := range []struct {
-		name string
-		sel  map[string]string
-		want float64
-	}{
-		{"macpool_requests_total", map[string]string{"model": "m"}, 10},
-		{"macpool_requests_total", map[string]string{"model": "m", "status": "200"}, 7},
-		{"macpool_requests_total", map[string]string{"model": `a "quoted", name`}, 1},
-		{"go_goroutines", nil, 12},
-		{"missing", nil, 0},
-	} {
-		if got := p.sum(c.name, c.sel); got != c.want {
-			t.Errorf("sum(%s, %v) = %v, want %v", c.name, c.sel, got, c.want)
-		}
-	}
-	b := p.buckets("macpool_ttft_seconds", map[string]string{"model": "m"})
-	// rank 4 of 8 falls halfway into (0.1, 0.2]: 0.15.
-	if got := quantile(0.5, b); math.Abs(got-0.15) > 1e-9 {
-		t.Errorf("p50 = %v, want 0.15", got)
-	}
-	// rank 7.6 of 8 is in +Inf: the last finite bound.
-	if got := quantile(0.95, b); got != 0.2 {
-		t.Errorf("p95 = %v, want 0.2", got)
-	}
-	if got := quantile(0.5, map[float64]float64{}); !math.IsNaN(got) {
-		t.Errorf("p50 of nothing = %v, want NaN", got)
-	}
-}
 
 // topBuffer is a bytes.Buffer safe for a writer and a poller.
 type topBuffer struct {

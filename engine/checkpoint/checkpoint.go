@@ -41,16 +41,29 @@ type Checkpoint struct {
 	cfg     *Config
 	tensors map[string]*tensor.Host
 	names   []string
+	stage   Stage // zero: the whole model (see Stage)
 
 	closer    io.Closer
 	closeOnce sync.Once
 	closeErr  error
 }
 
+// IsGGUF reports whether path names a GGUF file rather than a model folder:
+// its name ends in .gguf (any case) and it is not a folder. A path that does
+// not exist counts by its name, so that opening it reports the missing file.
+// Every layer that tells the two apart asks this function.
+func IsGGUF(path string) bool {
+	if !strings.EqualFold(filepath.Ext(strings.TrimRight(path, "/")), ".gguf") {
+		return false
+	}
+	st, err := os.Stat(path)
+	return err != nil || !st.IsDir()
+}
+
 // Open opens a model folder with config.json and safetensors weights, or a
-// .gguf file.
+// .gguf file (IsGGUF).
 func Open(dir string) (*Checkpoint, error) {
-	if strings.HasSuffix(strings.ToLower(dir), ".gguf") {
+	if IsGGUF(dir) {
 		return openGGUF(dir)
 	}
 	st, err := os.Stat(dir)

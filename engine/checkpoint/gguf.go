@@ -16,16 +16,34 @@ var ErrGGUFUnsupported = errors.New("gguf not supported")
 // openGGUF opens a single-file GGUF checkpoint through engine/gguf, which
 // maps its metadata to a Config and its tensors to canonical names (per-expert
 // views of the stacked *_exps tensors, logical [out, in] shapes).
-func openGGUF(path string) (*Checkpoint, error) {
+func openGGUF(path string) (*Checkpoint, error) { return openGGUFStage(path, nil) }
+
+// openGGUFStage is openGGUF materialising only the tensors of stage s (all
+// of them when s is nil).
+func openGGUFStage(path string, s *Stage) (*Checkpoint, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	gc, err := f.Config()
 	if err == nil {
+		cfg := configFromGGUF(gc)
 		var tensors map[string]*tensor.Host
-		if tensors, err = f.Tensors(); err == nil {
-			return New(path, configFromGGUF(gc), tensors, f)
+		var r Stage
+		if s == nil {
+			tensors, err = f.Tensors()
+		} else if r, err = s.Resolve(cfg.NumHiddenLayers); err == nil {
+			tensors, err = stageTensors(f, r, cfg.NumHiddenLayers)
+		}
+		if err == nil {
+			ck, err := New(path, cfg, tensors, f)
+			if err == nil && s != nil {
+				ck.stage = r
+			}
+			if err != nil {
+				f.Close()
+			}
+			return ck, err
 		}
 	}
 	f.Close()
@@ -79,4 +97,21 @@ func ropeFromGGUF(r gguf.RopeScaling) RopeScaling {
 	}
 	return RopeScaling{Type: r.Type, Factor: r.Factor, OriginalMaxPositionEmbeddings: r.OriginalContextLength,
 		AttentionFactor: r.AttentionFactor, BetaFast: r.BetaFast, BetaSlow: r.BetaSlow, at: "rope.scaling"}
+}
+
+// stageTensors is File.Tensors for the tensors stage r holds.
+func stageTensors(f *gguf.File, r Stage, layers int) (map[string]*tensor.Host, error) {
+	hasHead := f.Has("lm_head.weight")
+	out := map[string]*tensor.Host{}
+	for _, name := range f.Names() {
+		if !r.Holds(name, layers, hasHead) {
+			continue
+		}
+		h, err := f.Tensor(name)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = h
+	}
+	return out, nil
 }

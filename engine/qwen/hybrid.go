@@ -43,12 +43,18 @@ type Hybrid struct {
 	DeltaNet       engine.DeltaNetParams
 	MoE            engine.MoEParams
 
+	// Stage is the range of decoder layers bound (engine.StageOf); Layers[i]
+	// is decoder layer Stage.First+i. Embed is bound on the first stage
+	// only, Norm and LMHead on the last only.
+	Stage engine.Stage
+
 	Embed  engine.Weight
 	Layers []HybridLayer
 	Norm   engine.Weight
 	LMHead engine.Weight
 
 	weights []engine.Weight
+	bytes   int64 // stored bytes of the weights (WeightBytes)
 }
 
 // HybridLayer is one decoder layer: exactly one of Attn / Linear, and one of MLP / Sparse.
@@ -114,6 +120,9 @@ func newHybrid(be engine.Backend, src engine.Source) (*Hybrid, error) {
 	if len(c.LayerTypes) != c.NumHiddenLayers {
 		return nil, fmt.Errorf("config: field layer_types has %d entries, num_hidden_layers is %d", len(c.LayerTypes), c.NumHiddenLayers)
 	}
+	// The backend's optional ops are needed only for the stage's own layers.
+	m.Stage = engine.StageOf(src)
+	own := func(i int) bool { return i >= m.Stage.First && i < m.Stage.Last }
 	linear, sparse := false, false
 	for i, t := range c.LayerTypes {
 		switch t {
@@ -122,14 +131,14 @@ func newHybrid(be engine.Backend, src engine.Source) (*Hybrid, error) {
 			if !hybrid {
 				return nil, fmt.Errorf("config: field layer_types[%d]: %q is not supported by model_type %s", i, t, c.ModelType)
 			}
-			linear = true
+			linear = linear || own(i)
 		default:
 			return nil, fmt.Errorf("config: field layer_types[%d]: unknown layer type %q (want full_attention or linear_attention)", i, t)
 		}
 		if c.ModelType == "qwen3_5_text" {
 			continue // dense MLP on every layer
 		}
-		if c.ModelType == "qwen3_5_moe_text" || c.IsMoELayer(i) {
+		if own(i) && (c.ModelType == "qwen3_5_moe_text" || c.IsMoELayer(i)) {
 			sparse = true
 		}
 	}
@@ -166,10 +175,12 @@ func newHybrid(be engine.Backend, src engine.Source) (*Hybrid, error) {
 
 	b := &binder{be: be, src: src}
 	H, hd := m.Hidden, m.HeadDim
-	m.Embed = b.bind("model.embed_tokens.weight", m.Vocab, H)
-	m.Layers = make([]HybridLayer, c.NumHiddenLayers)
-	for i := range m.Layers {
-		l := &m.Layers[i]
+	if m.Stage.IsFirst() {
+		m.Embed = b.bind("model.embed_tokens.weight", m.Vocab, H)
+	}
+	m.Layers = make([]HybridLayer, m.Stage.Last-m.Stage.First)
+	for j := range m.Layers {
+		l, i := &m.Layers[j], m.Stage.First+j
 		p := fmt.Sprintf("model.layers.%d.", i)
 		l.InputNorm = b.bind(p+"input_layernorm.weight", H)
 		l.PostAttnNorm = b.bind(p+"post_attention_layernorm.weight", H)
@@ -196,13 +207,11 @@ func newHybrid(be engine.Backend, src engine.Source) (*Hybrid, error) {
 			l.MLP = bindMLP(b, p+"mlp.", c.IntermediateSize, H)
 		}
 	}
-	m.Norm = b.bind("model.norm.weight", H)
-	if c.TieWordEmbeddings && !src.Has("lm_head.weight") {
-		m.LMHead = m.Embed
-	} else {
-		m.LMHead = b.bind("lm_head.weight", m.Vocab, H)
+	if m.Stage.IsLast(c.NumHiddenLayers) {
+		m.Norm = b.bind("model.norm.weight", H)
+		m.LMHead = b.head(c.TieWordEmbeddings, m.Embed, m.Vocab, H, true)
 	}
-	m.weights = b.weights
+	m.weights, m.bytes = b.weights, b.bytes
 	if b.err == nil {
 		b.err = m.checkLinearLayout()
 	}
@@ -224,7 +233,7 @@ func (m *Hybrid) checkLinearLayout() error {
 		if first < 0 {
 			first = i
 		} else if (l.Linear.QKVZ != nil) != (m.Layers[first].Linear.QKVZ != nil) {
-			return fmt.Errorf("layers %d and %d: one has linear_attn.in_proj_qkvz, the other in_proj_qkv; mixed layouts are not supported", first, i)
+			return fmt.Errorf("layers %d and %d: one has linear_attn.in_proj_qkvz, the other in_proj_qkv; mixed layouts are not supported", m.Stage.First+first, m.Stage.First+i)
 		}
 	}
 	return nil
@@ -310,7 +319,7 @@ func (m *Hybrid) NewCacheKV(newKV func(layer, kvHeads, headDim int) (engine.KV, 
 			for _, c := range out[:i] {
 				c.Free()
 			}
-			return nil, fmt.Errorf("layer %d cache: %w", i, err)
+			return nil, fmt.Errorf("layer %d cache: %w", m.Stage.First+i, err)
 		}
 	}
 	return out, nil
@@ -318,11 +327,28 @@ func (m *Hybrid) NewCacheKV(newKV func(layer, kvHeads, headDim int) (engine.KV, 
 
 // Forward runs the decoder over all rows of the batch and returns the logits of the
 // output rows.
-func (m *Hybrid) Forward(bt *engine.Batch) (engine.Tensor, error) {
+func (m *Hybrid) Forward(bt *engine.Batch) (engine.Tensor, error) { return m.ForwardStage(bt, nil) }
+
+// HiddenSize is the width of a stage's hidden states.
+func (m *Hybrid) HiddenSize() int { return m.Hidden }
+
+// WeightBytes is the stored size of the weights bound (engine.WeightSizer).
+func (m *Hybrid) WeightBytes() int64 { return m.bytes }
+
+var (
+	_ engine.StageArch   = (*Hybrid)(nil)
+	_ engine.WeightSizer = (*Hybrid)(nil)
+)
+
+// ForwardStage runs the stage's layers (engine.StageArch) over all rows of the batch:
+// from in (nil on the first stage: the embedded tokens) to the residual stream of every
+// row on a stage that is not the last, to the logits of the output rows on the last.
+func (m *Hybrid) ForwardStage(bt *engine.Batch, in engine.Tensor) (engine.Tensor, error) {
 	be := m.be
 	T := len(bt.Tokens)
 	H := m.Hidden
 	norm := engine.NormParams{Dim: H, Eps: m.Eps, Offset: m.NormOffset}
+	last := m.Norm != nil
 
 	var temps []engine.Tensor
 	newT := func(rows, cols int) engine.Tensor {
@@ -335,8 +361,22 @@ func (m *Hybrid) Forward(bt *engine.Batch) (engine.Tensor, error) {
 			be.Release(t)
 		}
 	}()
-	x := newT(T, H)
-	be.Embed(x, m.Embed, bt.Tokens)
+	// x is the residual stream: in, or the embedded tokens; it is the result of a stage
+	// that is not the last, so it is not among the temporaries.
+	x := in
+	if x == nil {
+		if m.Embed == nil {
+			return nil, fmt.Errorf("stage %v has no token embedding: it takes hidden states", m.Stage)
+		}
+		x = be.NewTensor(T, H)
+		be.Embed(x, m.Embed, bt.Tokens)
+	}
+	fail := func(err error) (engine.Tensor, error) {
+		if x != in {
+			be.Release(x)
+		}
+		return nil, err
+	}
 	h, y := newT(T, H), newT(T, H)
 	var attn *attnScratch
 	var lin *linScratch
@@ -348,14 +388,14 @@ func (m *Hybrid) Forward(bt *engine.Batch) (engine.Tensor, error) {
 				lin = m.newLinScratch(newT, T, l.Linear.QKVZ != nil)
 			}
 			if err := m.linearAttention(lin, l.Linear, li, h, y, bt); err != nil {
-				return nil, err
+				return fail(err)
 			}
 		} else {
 			if attn == nil {
 				attn = m.newAttnScratch(newT, T)
 			}
 			if err := m.attention(attn, l.Attn, li, h, y, bt); err != nil {
-				return nil, err
+				return fail(err)
 			}
 		}
 		be.Add(x, x, y)
@@ -374,6 +414,12 @@ func (m *Hybrid) Forward(bt *engine.Batch) (engine.Tensor, error) {
 			be.Release(up)
 		}
 		be.Add(x, x, y)
+	}
+	if !last {
+		return x, nil
+	}
+	if x != in {
+		temps = append(temps, x)
 	}
 	sel := newT(len(bt.Outputs), H)
 	be.Gather(sel, x, bt.Outputs)
@@ -405,7 +451,7 @@ func (m *Hybrid) attention(s *attnScratch, l *HybridAttention, li int, h, y engi
 	for i, sq := range bt.Seqs {
 		kv, ok := sq.Layers[li].(engine.KV)
 		if !ok {
-			return fmt.Errorf("layer %d: sequence %d cache is %T, not a KV cache", li, i, sq.Layers[li])
+			return fmt.Errorf("layer %d: sequence %d cache is %T, not a KV cache", m.Stage.First+li, i, sq.Layers[li])
 		}
 		s.seqs = append(s.seqs, engine.AttnSeq{KV: kv, Row: sq.Row, N: sq.N, Pos: sq.Pos, GEMMRows: sq.GEMMRows})
 	}
@@ -462,10 +508,10 @@ func (m *Hybrid) linearAttention(s *linScratch, l *LinearAttention, li int, h, y
 	for i, sq := range bt.Seqs {
 		st, ok := sq.Layers[li].(engine.DeltaNetState)
 		if !ok {
-			return fmt.Errorf("layer %d: sequence %d cache is %T, not a Gated DeltaNet state", li, i, sq.Layers[li])
+			return fmt.Errorf("layer %d: sequence %d cache is %T, not a Gated DeltaNet state", m.Stage.First+li, i, sq.Layers[li])
 		}
 		if st.Len() != sq.Pos {
-			return fmt.Errorf("layer %d: sequence %d recurrent state holds %d positions, batch starts at %d", li, i, st.Len(), sq.Pos)
+			return fmt.Errorf("layer %d: sequence %d recurrent state holds %d positions, batch starts at %d", m.Stage.First+li, i, st.Len(), sq.Pos)
 		}
 		// Rows from Pos+GEMMRows on are generated (engine.Seq.PromptEnd); when all rows are
 		// prompt rows, Pos+N says as much to the op.

@@ -9,6 +9,7 @@ import (
 	"math"
 
 	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/engine/tensor"
 )
 
 func init() {
@@ -38,12 +39,19 @@ type Dense struct {
 	// load; Heads is set per call.
 	Rope engine.RopeParams
 
+	// Stage is the range of decoder layers bound (engine.StageOf: the
+	// whole model unless loaded as a pipeline stage); Layers[i] is decoder
+	// layer Stage.First+i. Embed is bound on the first stage only, Norm and
+	// LMHead on the last only.
+	Stage engine.Stage
+
 	Embed  engine.Weight // [vocab, hidden]
 	Layers []DenseLayer
 	Norm   engine.Weight // [hidden]
-	LMHead engine.Weight // [vocab, hidden]; Embed when tie_word_embeddings
+	LMHead engine.Weight // [vocab, hidden]; the embedding when tie_word_embeddings
 
 	weights []engine.Weight // everything uploaded, for Close
+	bytes   int64           // stored bytes of weights (WeightBytes)
 }
 
 // DenseLayer is one decoder layer.
@@ -62,6 +70,7 @@ type binder struct {
 	src     engine.Source
 	err     error
 	weights []engine.Weight
+	bytes   int64 // stored bytes of the uploaded tensors
 }
 
 func (b *binder) bind(name string, shape ...int) engine.Weight {
@@ -97,7 +106,36 @@ func (b *binder) upload(name string, shape, as []int) engine.Weight {
 		return nil
 	}
 	b.weights = append(b.weights, w)
+	b.bytes += hostBytes(h)
 	return w
+}
+
+// hostBytes is a tensor's size as stored (with MLX scales and biases).
+func hostBytes(h *tensor.Host) int64 {
+	n := int64(len(h.Data))
+	for _, p := range []*tensor.Host{h.Scales, h.Biases} {
+		if p != nil {
+			n += int64(len(p.Data))
+		}
+	}
+	return n
+}
+
+// head binds the LM head of the last stage: lm_head.weight, or with
+// tie_word_embeddings and no lm_head.weight the embedding (embed, when this
+// stage bound it as the first stage, else bound here). It returns nil (no
+// head: an embedding checkpoint) when neither applies and required is false.
+func (b *binder) head(tied bool, embed engine.Weight, vocab, hidden int, required bool) engine.Weight {
+	switch {
+	case tied && !b.src.Has("lm_head.weight"):
+		if embed != nil {
+			return embed
+		}
+		return b.bind("model.embed_tokens.weight", vocab, hidden)
+	case b.src.Has("lm_head.weight") || required:
+		return b.bind("lm_head.weight", vocab, hidden)
+	}
+	return nil
 }
 
 // attnDefaults and checkAttn are the attention-config rules that newDense
@@ -175,11 +213,14 @@ func newDense(be engine.Backend, src engine.Source, opts denseOptions) (*Dense, 
 
 	b := &binder{be: be, src: src}
 	H, qd, kvd := m.Hidden, m.Heads*m.HeadDim, m.KVHeads*m.HeadDim
-	m.Embed = b.bind("model.embed_tokens.weight", m.Vocab, H)
-	m.Layers = make([]DenseLayer, c.NumHiddenLayers)
+	m.Stage = engine.StageOf(src)
+	if m.Stage.IsFirst() {
+		m.Embed = b.bind("model.embed_tokens.weight", m.Vocab, H)
+	}
+	m.Layers = make([]DenseLayer, m.Stage.Last-m.Stage.First)
 	for i := range m.Layers {
 		l := &m.Layers[i]
-		p := fmt.Sprintf("model.layers.%d.", i)
+		p := fmt.Sprintf("model.layers.%d.", m.Stage.First+i)
 		l.InputNorm = b.bind(p+"input_layernorm.weight", H)
 		l.PostAttnNorm = b.bind(p+"post_attention_layernorm.weight", H)
 		l.Q = b.bind(p+"self_attn.q_proj.weight", qd, H)
@@ -199,13 +240,13 @@ func newDense(be engine.Backend, src engine.Source, opts denseOptions) (*Dense, 
 		l.Up = b.bind(p+"mlp.up_proj.weight", m.Intermediate, H)
 		l.Down = b.bind(p+"mlp.down_proj.weight", H, m.Intermediate)
 	}
-	m.Norm = b.bind("model.norm.weight", H)
-	if c.TieWordEmbeddings && !src.Has("lm_head.weight") {
-		m.LMHead = m.Embed
-	} else if src.Has("lm_head.weight") {
-		m.LMHead = b.bind("lm_head.weight", m.Vocab, H)
-	} // else a base-model checkpoint (Qwen3-Embedding): no logits, see embed.go
-	m.weights = b.weights
+	if m.Stage.IsLast(c.NumHiddenLayers) {
+		m.Norm = b.bind("model.norm.weight", H)
+		// Without a head: a base-model checkpoint (Qwen3-Embedding), no
+		// logits, see embed.go.
+		m.LMHead = b.head(c.TieWordEmbeddings, m.Embed, m.Vocab, H, false)
+	}
+	m.weights, m.bytes = b.weights, b.bytes
 	if b.err != nil {
 		m.Close()
 		return nil, b.err
@@ -256,9 +297,29 @@ func (m *Dense) NewCacheKV(newKV func(layer, kvHeads, headDim int) (engine.KV, e
 }
 
 // ForwardHidden runs the decoder over all rows of the batch and returns the
-// final-normed hidden states of the output rows (engine.HiddenArch);
-// Forward (embed.go) applies the LM head to them.
+// final-normed hidden states of the output rows (engine.HiddenArch, whole
+// models); Forward (embed.go) applies the LM head to them.
 func (m *Dense) ForwardHidden(bt *engine.Batch) (engine.Tensor, error) {
+	x, err := m.layers(bt, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer m.be.Release(x)
+	return m.finalNorm(bt, x), nil
+}
+
+// finalNorm gathers the output rows of x and applies the final norm.
+func (m *Dense) finalNorm(bt *engine.Batch, x engine.Tensor) engine.Tensor {
+	sel := m.be.NewTensor(len(bt.Outputs), m.Hidden)
+	m.be.Gather(sel, x, bt.Outputs)
+	m.be.RMSNorm(sel, sel, m.Norm, engine.NormParams{Dim: m.Hidden, Eps: m.Eps})
+	return sel
+}
+
+// layers returns the residual stream [T, hidden] after the stage's last
+// layer: from the embedded tokens on the first stage, else from in (which
+// it then updates in place and returns). The caller releases the result.
+func (m *Dense) layers(bt *engine.Batch, in engine.Tensor) (engine.Tensor, error) {
 	be := m.be
 	T := len(bt.Tokens)
 	H, qd, kvd := m.Hidden, m.Heads*m.HeadDim, m.KVHeads*m.HeadDim
@@ -268,14 +329,20 @@ func (m *Dense) ForwardHidden(bt *engine.Batch) (engine.Tensor, error) {
 	norm := engine.NormParams{Dim: H, Eps: m.Eps}
 	headNorm := engine.NormParams{Dim: m.HeadDim, Eps: m.Eps}
 
-	x := be.NewTensor(T, H)
-	be.Embed(x, m.Embed, bt.Tokens)
+	x := in
+	if x == nil {
+		if m.Embed == nil {
+			return nil, fmt.Errorf("stage %v has no token embedding: it takes hidden states", m.Stage)
+		}
+		x = be.NewTensor(T, H)
+		be.Embed(x, m.Embed, bt.Tokens)
+	}
 	h := be.NewTensor(T, H)
 	q, k, v := be.NewTensor(T, qd), be.NewTensor(T, kvd), be.NewTensor(T, kvd)
 	a := be.NewTensor(T, qd)
 	gate, up := be.NewTensor(T, m.Intermediate), be.NewTensor(T, m.Intermediate)
 	defer func() {
-		for _, t := range []engine.Tensor{x, h, q, k, v, a, gate, up} {
+		for _, t := range []engine.Tensor{h, q, k, v, a, gate, up} {
 			be.Release(t)
 		}
 	}()
@@ -284,7 +351,10 @@ func (m *Dense) ForwardHidden(bt *engine.Batch) (engine.Tensor, error) {
 		for i, s := range bt.Seqs {
 			kv, ok := s.Layers[li].(engine.KV)
 			if !ok {
-				return nil, fmt.Errorf("layer %d: cache is %T, not a KV cache", li, s.Layers[li])
+				if x != in {
+					be.Release(x)
+				}
+				return nil, fmt.Errorf("layer %d: cache is %T, not a KV cache", m.Stage.First+li, s.Layers[li])
 			}
 			seqs[i] = engine.AttnSeq{KV: kv, Row: s.Row, N: s.N, Pos: s.Pos, GEMMRows: s.GEMMRows}
 		}
@@ -312,8 +382,5 @@ func (m *Dense) ForwardHidden(bt *engine.Batch) (engine.Tensor, error) {
 		be.MatMul(h, gate, l.Down, nil)
 		be.Add(x, x, h)
 	}
-	sel := be.NewTensor(len(bt.Outputs), H)
-	be.Gather(sel, x, bt.Outputs)
-	be.RMSNorm(sel, sel, m.Norm, norm)
-	return sel, nil
+	return x, nil
 }

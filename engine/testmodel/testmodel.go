@@ -48,6 +48,13 @@ type Options struct {
 	// the template in tokenizer_config.json (e.g. the Qwen3.5 or
 	// Qwen3-Coder template from testdata/templates for XML tool calls).
 	ChatTemplate string
+	// EOSBias, if > 0, scales the embedding row of <|im_end|> (tied to the
+	// output head) by this factor, so that its logit dwarfs the others
+	// wherever it is positive: the random model then ends its turn within
+	// a few tokens instead of running to max_tokens. Agents (Codex, Claude
+	// Code) treat a turn cut by the token limit as an error, so an agent
+	// run on a random-weight model needs turns that end.
+	EOSBias float64
 }
 
 func (o *Options) defaults() {
@@ -167,10 +174,18 @@ func Write(dir string, opts Options) error {
 		}
 		data := make([]byte, 2*numel)
 		norm := strings.HasSuffix(n, "norm.weight")
+		// Rows [eosLo, eosHi) of the tied embedding are <|im_end|>'s.
+		eosLo, eosHi := -1, -1
+		if n == "model.embed_tokens.weight" && opts.EOSBias > 0 && len(shape) == 2 {
+			eosLo, eosHi = EOS[0]*shape[1], (EOS[0]+1)*shape[1]
+		}
 		for i := 0; i < numel; i++ {
 			v := rng.NormFloat64() * opts.Scale
 			if norm {
 				v = 1 + 0.1*v
+			}
+			if i >= eosLo && i < eosHi {
+				v *= opts.EOSBias
 			}
 			binary.LittleEndian.PutUint16(data[2*i:], tensor.F32ToBF16(float32(v)))
 		}

@@ -33,6 +33,8 @@ typedef void (*Shim)(void **args, const Ctx &c);
 struct Kernel {
 	const char *name;
 	Shim shim;
+	int nargs;                  // buffer indices 0..nargs-1
+	const unsigned long *sizes; // bytes a binding at each index must hold at least (0: unused index)
 };
 
 // Exchange is one SIMD-group collective's slots and the lanes that took part.
@@ -53,3 +55,12 @@ struct Exchange {
 extern "C" void emu_barrier();
 extern "C" emu::Exchange emu_exchange(const void *v, unsigned long n);
 extern "C" uint emu_lane();
+// emu_tg_init poisons a threadgroup-memory variable the first time a thread
+// of the current threadgroup reaches its declaration (the GPU's threadgroup
+// memory holds garbage) and accounts its size against Metal's 32 KiB limit.
+extern "C" void emu_tg_init(void *p, unsigned long n, unsigned long *serial);
+// emu_device_ptr turns a device address read from memory (a pointer table)
+// into a host pointer, if the buffer it points into is resident for the
+// dispatch (bound as an argument or declared with useResource); otherwise it
+// records the violation, which fails the dispatch.
+extern "C" const void *emu_device_ptr(const void *p);

@@ -3,6 +3,7 @@
 package emu
 
 import (
+	"cmp"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -44,6 +46,11 @@ type Config struct {
 	CacheDir string
 	// Workers is the number of OS threads running threadgroups; 0 = NumCPU.
 	Workers int
+	// Seed picks the order in which the threads of a threadgroup run
+	// between barriers: 0 runs odd threadgroups in reverse order, any
+	// other value a fresh pseudo-random order per scheduling round (tests
+	// run several seeds to expose missing barriers).
+	Seed uint64
 }
 
 // DefaultConfig returns the zero Config (all defaults).
@@ -72,8 +79,15 @@ type Device struct {
 	cfg      Config
 	compiler string
 	cacheDir string
+	flags    []string // clang++ flags
 	mu       sync.Mutex
 	libs     map[string]*Library
+	// qmu guards queue: committed command buffers not yet run, in commit
+	// order. They run no earlier than a Wait (asynchronous completion as
+	// on a GPU: until then the host sees none of their writes, and a host
+	// write after Commit is seen by them — both show as wrong results).
+	qmu   sync.Mutex
+	queue []*CommandBuffer
 }
 
 var _ gpu.Device = (*Device)(nil)
@@ -101,7 +115,9 @@ func New(cfg Config) (*Device, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = runtime.NumCPU()
 	}
-	return &Device{cfg: cfg, compiler: cc, cacheDir: dir, libs: map[string]*Library{}}, nil
+	// -fsigned-char: MSL's char is signed; arm64 Linux's is not.
+	flags := []string{"-std=c++17", "-O2", "-fPIC", "-shared", "-fno-exceptions", "-fno-rtti", "-w", "-pthread", "-fsigned-char"}
+	return &Device{cfg: cfg, compiler: cc, cacheDir: dir, flags: flags, libs: map[string]*Library{}}, nil
 }
 
 // Name implements gpu.Device.
@@ -111,10 +127,20 @@ func (d *Device) Name() string { return "metal-emulated" }
 // that may still be referenced is not worth the risk).
 func (d *Device) Close() error { return nil }
 
+// gpuBias separates device addresses from host addresses: GPUAddress is the
+// host address + 2^48, which no CPU can dereference, so a kernel reaches a
+// buffer through a pointer table only via DEVICE_PTR (common.h), which
+// checks that the buffer is resident for the dispatch.
+const gpuBias = 1 << 48
+
 // Buffer is emulator memory: an anonymous mapping, or wrapped host bytes.
 type Buffer struct {
-	b    []byte
-	m    []byte // the whole mapping (nil for wrapped bytes)
+	b    []byte  // the usable bytes (nil for WrapRaw)
+	n    int     // len(b), or WrapRaw's length
+	base uintptr // start of the device buffer: b's page for wrapped bytes
+	off  int     // b's offset from base
+	m    []byte  // the whole mapping (nil for wrapped bytes)
+	dead bool    // released
 	once sync.Once
 }
 
@@ -135,29 +161,47 @@ func (d *Device) NewBuffer(size int) (gpu.Buffer, error) {
 		return nil, fmt.Errorf("emu: guard page: %w", err)
 	}
 	start := total - page - span
-	return &Buffer{b: m[start : start+size : start+size], m: m}, nil
+	bb := m[start : start+size : start+size]
+	return &Buffer{b: bb, n: size, base: uintptr(unsafe.Pointer(unsafe.SliceData(bb))), m: m}, nil
 }
 
-// WrapBytes implements gpu.Device: b is used in place.
+// WrapBytes implements gpu.Device as Metal's newBufferWithBytesNoCopy over
+// the enclosing pages does: b is used in place, the device buffer starts at
+// b's page and Offset is b's offset in that page (on a Mac almost never 0 for
+// a tensor of a mapped checkpoint, so the backend must bind at Offset()+x).
 func (d *Device) WrapBytes(b []byte) (gpu.Buffer, error) {
 	if len(b) == 0 {
 		return d.NewBuffer(1)
 	}
-	return &Buffer{b: b}, nil
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	base := p &^ uintptr(os.Getpagesize()-1)
+	return &Buffer{b: b, n: len(b), base: base, off: int(p - base)}, nil
+}
+
+// WrapRaw makes n bytes of host memory at addr a buffer, used in place
+// (a no-copy Metal buffer over pages the caller keeps alive). The address
+// is kept as an integer: it may point between Go heap objects, which no Go
+// pointer may. Bytes is nil.
+func (d *Device) WrapRaw(addr uintptr, n int) (gpu.Buffer, error) {
+	if addr == 0 || n <= 0 {
+		return nil, fmt.Errorf("emu: wrap %d bytes at %#x", n, addr)
+	}
+	return &Buffer{n: n, base: addr}, nil
 }
 
 func (b *Buffer) Bytes() []byte { return b.b }
-func (b *Buffer) Len() int      { return len(b.b) }
-func (b *Buffer) Offset() int   { return 0 }
+func (b *Buffer) Len() int      { return b.n }
+func (b *Buffer) Offset() int   { return b.off }
 
-// GPUAddress implements gpu.Buffer: the host address.
-func (b *Buffer) GPUAddress() uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b.b)))) }
+// GPUAddress implements gpu.Buffer: a device address (host + 2^48), valid
+// in kernels only through DEVICE_PTR and only while resident.
+func (b *Buffer) GPUAddress() uint64 { return uint64(b.base) + gpuBias }
 func (b *Buffer) Release() {
 	b.once.Do(func() {
 		if b.m != nil {
 			syscall.Munmap(b.m)
 		}
-		b.b, b.m = nil, nil
+		b.b, b.m, b.dead = nil, nil, true
 	})
 }
 
@@ -166,6 +210,7 @@ type Library struct {
 	dev      *Device
 	path     string
 	lookup   func(name string) int32
+	argInfo  func(kernel int32, sizes *unsafe.Pointer) int32
 	dispatch func(desc unsafe.Pointer) int32
 	mu       sync.Mutex
 	pipes    map[string]*Pipeline
@@ -176,10 +221,16 @@ type Pipeline struct {
 	lib   *Library
 	name  string
 	index int32
+	sizes []int
 }
 
 func (p *Pipeline) Name() string    { return p.name }
 func (p *Pipeline) MaxThreads() int { return 1024 }
+
+// ArgSizes is, per buffer index the kernel declares, the bytes a binding
+// there must hold at least (the referenced struct, or one element behind a
+// pointer); 0 for an index the kernel does not use.
+func (p *Pipeline) ArgSizes() []int { return p.sizes }
 
 // Compile implements gpu.Device: translate, compile with clang++ (cached by
 // hash of prelude, source and compiler path) and dlopen.
@@ -193,7 +244,7 @@ func (d *Device) Compile(src string) (gpu.Library, error) {
 	// the runtime has the fibers and the scheduler.
 	kernelTU := abi + prelude + "\n#line 1 \"kernels.metal\"\n" + cpp
 	runtimeTU := abi + runtimeSrc
-	args := []string{"-std=c++17", "-O2", "-fPIC", "-shared", "-fno-exceptions", "-fno-rtti", "-w", "-pthread"}
+	args := d.flags
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%v\x00%s\x00%s", d.compiler, args, kernelTU, runtimeTU)
 	key := hex.EncodeToString(h.Sum(nil))[:24]
@@ -236,6 +287,7 @@ func (d *Device) Compile(src string) (gpu.Library, error) {
 	l := &Library{dev: d, path: so, pipes: map[string]*Pipeline{}}
 	purego.RegisterLibFunc(&l.lookup, handle, "emu_lookup")
 	purego.RegisterLibFunc(&l.dispatch, handle, "emu_dispatch")
+	purego.RegisterLibFunc(&l.argInfo, handle, "emu_kernel_args")
 	d.libs[key] = l
 	return l, nil
 }
@@ -270,29 +322,46 @@ func (l *Library) Pipeline(name string) (gpu.Pipeline, error) {
 		return nil, fmt.Errorf("emu: kernel %q not in library", name)
 	}
 	p := &Pipeline{lib: l, name: name, index: i}
+	var sz unsafe.Pointer
+	if n := l.argInfo(i, &sz); n > 0 {
+		for _, v := range unsafe.Slice((*uint64)(sz), n) {
+			p.sizes = append(p.sizes, int(v))
+		}
+	}
 	l.pipes[name] = p
 	return p, nil
 }
 
-// desc mirrors emu::Desc in prelude.h.
+// desc mirrors emu::Desc in csrc/runtime.cpp.
 type desc struct {
-	kernel, nargs, workers, pad int32
-	groups, threads             [3]uint32
-	args                        uintptr
+	kernel, nargs, workers, nres int32
+	groups, threads              [3]uint32
+	args                         uintptr
+	seed                         uint64
+	res                          uintptr
+	badPtr, tgBytes              uint64 // out
 }
+
+// resident mirrors emu::Res: device addresses [gpu, gpu+len) are host
+// memory at host.
+type resident struct{ gpu, len, host uint64 }
 
 type dispatch struct {
 	p       *Pipeline
 	groups  [3]uint32
 	threads [3]uint32
 	args    []gpu.Arg
+	used    []*Buffer // declared with Use before this dispatch
 }
 
-// CommandBuffer records dispatches and runs them in order at Commit.
+// CommandBuffer records dispatches; they run, in commit order across the
+// device's command buffers, no earlier than a Wait.
 type CommandBuffer struct {
 	dev       *Device
 	list      []dispatch
+	used      []*Buffer
 	committed bool
+	done      bool
 	err       error
 }
 
@@ -309,7 +378,7 @@ func (c *CommandBuffer) Dispatch(p gpu.Pipeline, groups, threads [3]int, args ..
 	if n <= 0 || n > ep.MaxThreads() {
 		panic(fmt.Sprintf("emu: %s: threadgroup of %v threads", ep.name, threads))
 	}
-	dd := dispatch{p: ep, args: make([]gpu.Arg, len(args))}
+	dd := dispatch{p: ep, args: make([]gpu.Arg, len(args)), used: c.used[:len(c.used):len(c.used)]}
 	for i := range 3 {
 		dd.groups[i], dd.threads[i] = uint32(groups[i]), uint32(threads[i])
 	}
@@ -324,22 +393,36 @@ func (c *CommandBuffer) Dispatch(p gpu.Pipeline, groups, threads [3]int, args ..
 
 var zeroArg [64]byte
 
-// Use implements gpu.CommandBuffer (nothing to do: all memory is resident).
-func (c *CommandBuffer) Use(bufs ...gpu.Buffer) {}
+// Use implements gpu.CommandBuffer: the buffers are resident for the
+// dispatches recorded after it; a kernel following a device address into
+// any other buffer fails its dispatch.
+func (c *CommandBuffer) Use(bufs ...gpu.Buffer) {
+	for _, b := range bufs {
+		c.used = append(c.used, b.(*Buffer))
+	}
+}
 
-// Commit implements gpu.CommandBuffer: it runs every dispatch.
+// Commit implements gpu.CommandBuffer: the command buffer joins the
+// device's queue; it runs at the first Wait on it or on a later one.
 func (c *CommandBuffer) Commit() {
 	if c.committed {
 		return
 	}
 	c.committed = true
+	c.dev.qmu.Lock()
+	c.dev.queue = append(c.dev.queue, c)
+	c.dev.qmu.Unlock()
+}
+
+// execute runs every dispatch (the caller holds dev.qmu).
+func (c *CommandBuffer) execute() {
 	for _, d := range c.list {
 		if err := c.run(d); err != nil {
 			c.err = err
 			break
 		}
 	}
-	c.list = nil
+	c.list, c.used, c.done = nil, nil, true
 }
 
 func (c *CommandBuffer) run(d dispatch) error {
@@ -353,19 +436,27 @@ func (c *CommandBuffer) run(d dispatch) error {
 			ptrs[i] = uintptr(unsafe.Pointer(unsafe.SliceData(a.Bytes)))
 		case a.Buf != nil:
 			b := a.Buf.(*Buffer)
-			if a.Off < 0 || a.Off > len(b.b) {
-				return fmt.Errorf("emu: %s: argument %d offset %d outside buffer of %d bytes", d.p.name, i, a.Off, len(b.b))
+			if a.Off < 0 || a.Off > b.off+b.n {
+				return fmt.Errorf("emu: %s: argument %d offset %d outside buffer of %d bytes", d.p.name, i, a.Off, b.off+b.n)
 			}
-			ptrs[i] = uintptr(unsafe.Pointer(unsafe.SliceData(b.b))) + uintptr(a.Off)
+			if b.dead {
+				return fmt.Errorf("emu: %s: argument %d is a released buffer", d.p.name, i)
+			}
+			ptrs[i] = b.base + uintptr(a.Off)
 		default:
 			ptrs[i] = uintptr(unsafe.Pointer(&zeroArg[0]))
 		}
 	}
+	res := residency(d)
 	ds := &desc{kernel: d.p.index, nargs: int32(len(d.args)), workers: int32(c.dev.cfg.Workers),
-		groups: d.groups, threads: d.threads, args: uintptr(unsafe.Pointer(&ptrs[0]))}
+		groups: d.groups, threads: d.threads, args: uintptr(unsafe.Pointer(&ptrs[0])),
+		seed: c.dev.cfg.Seed, nres: int32(len(res)), res: uintptr(unsafe.Pointer(unsafe.SliceData(res)))}
 	var pin runtime.Pinner
 	pin.Pin(ds)
 	pin.Pin(&ptrs[0])
+	if len(res) > 0 {
+		pin.Pin(&res[0])
+	}
 	for _, a := range d.args {
 		if a.Bytes != nil {
 			pin.Pin(unsafe.SliceData(a.Bytes))
@@ -378,16 +469,60 @@ func (c *CommandBuffer) run(d dispatch) error {
 	case 0:
 	case -2:
 		return fmt.Errorf("emu: kernel %s deadlocked: a threadgroup_barrier or SIMD-group collective is not reached by every live thread", d.p.name)
+	case -3:
+		return fmt.Errorf("emu: kernel %s declares %d bytes of threadgroup memory, more than Metal's 32 KiB", d.p.name, ds.tgBytes)
+	case -4:
+		return fmt.Errorf("emu: kernel %s read device address %#x of a buffer not resident for the dispatch (useResource)", d.p.name, ds.badPtr)
 	default:
 		return fmt.Errorf("emu: dispatch %s failed (%d)", d.p.name, rc)
 	}
 	return nil
 }
 
-// Wait implements gpu.CommandBuffer.
+// Wait implements gpu.CommandBuffer: it runs the device's queue up to and
+// including c.
 func (c *CommandBuffer) Wait() error {
 	if !c.committed {
 		return errors.New("emu: wait on a command buffer not committed")
 	}
+	d := c.dev
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
+	for !c.done && len(d.queue) > 0 {
+		x := d.queue[0]
+		d.queue[0] = nil
+		d.queue = d.queue[1:]
+		x.execute()
+	}
 	return c.err
+}
+
+// residency lists the device address ranges a dispatch may follow pointers
+// into: its bound buffers and those declared with Use, sorted, overlaps
+// merged (wrapped buffers can share pages).
+func residency(d dispatch) []resident {
+	var rs []resident
+	add := func(b *Buffer) {
+		if !b.dead {
+			rs = append(rs, resident{gpu: uint64(b.base) + gpuBias, len: uint64(b.off + b.n), host: uint64(b.base)})
+		}
+	}
+	for _, a := range d.args {
+		if a.Buf != nil && a.Bytes == nil {
+			add(a.Buf.(*Buffer))
+		}
+	}
+	for _, b := range d.used {
+		add(b)
+	}
+	slices.SortFunc(rs, func(a, b resident) int { return cmp.Compare(a.gpu, b.gpu) })
+	out := rs[:0]
+	for _, r := range rs {
+		if n := len(out); n > 0 && r.gpu <= out[n-1].gpu+out[n-1].len {
+			out[n-1].len = max(out[n-1].len, r.gpu+r.len-out[n-1].gpu)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }

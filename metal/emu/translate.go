@@ -27,6 +27,8 @@ var (
 	kernelRE       = regexp.MustCompile(`\bkernel\s+void\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(`)
 	identTailRE    = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)\s*$`)
 	stdlibRE       = regexp.MustCompile(`(?m)^[ \t]*#[ \t]*include[ \t]*<metal_[a-z_]+>[ \t]*$`)
+	// tgMemRE is a threadgroup-memory declaration (TG_MEM type name[N];).
+	tgMemRE = regexp.MustCompile(`\bTG_MEM[ \t]+[^;\n]*?\b([A-Za-z_][A-Za-z0-9_]*)[ \t]*\[[^;\n\]]*\][ \t]*;`)
 )
 
 // ctxField maps a Metal thread-position attribute to the emulator's value.
@@ -77,6 +79,9 @@ func Translate(src string) (string, []Kernel, error) {
 	if len(kernels) == 0 {
 		return "", nil, fmt.Errorf("no kernel functions in source")
 	}
+	// Every threadgroup-memory variable is poisoned when its threadgroup
+	// starts (the GPU's holds garbage) and counted against 32 KiB.
+	src = tgMemRE.ReplaceAllString(src, "$0 static thread_local unsigned long emu_tg_serial_$1; emu_tg_init(&$1, sizeof($1), &emu_tg_serial_$1);")
 	var b strings.Builder
 	b.WriteString(attrRE.ReplaceAllString(src, ""))
 	b.WriteString("\n// ---- emulator entry shims ----\n")
@@ -97,12 +102,46 @@ func Translate(src string) (string, []Kernel, error) {
 		}
 		b.WriteString(");\n}\n")
 	}
+	// Per kernel, the bytes a binding at each buffer index must hold: the
+	// referenced struct, or one element behind a pointer (Metal's
+	// validation layer checks the same).
+	for _, k := range kernels {
+		sizes := argSizes(k)
+		fmt.Fprintf(&b, "static const unsigned long emu_sizes_%s[] = {0", k.Name)
+		for _, sz := range sizes {
+			b.WriteString(", " + sz)
+		}
+		b.WriteString("};\n")
+	}
 	b.WriteString("extern \"C\" const emu::Kernel emu_kernels[] = {\n")
 	for _, k := range kernels {
-		fmt.Fprintf(&b, "\t{%q, emu_shim_%s},\n", k.Name, k.Name)
+		fmt.Fprintf(&b, "\t{%q, emu_shim_%s, %d, emu_sizes_%s + 1},\n", k.Name, k.Name, len(argSizes(k)), k.Name)
 	}
 	fmt.Fprintf(&b, "};\nextern \"C\" const int emu_nkernels = %d;\n", len(kernels))
 	return b.String(), kernels, nil
+}
+
+// argSizes is the C++ sizeof expression per buffer index of k ("0" for an
+// index the kernel does not declare).
+func argSizes(k Kernel) []string {
+	n := 0
+	for _, p := range k.Params {
+		if p.Attr == "buffer" {
+			n = max(n, p.Index+1)
+		}
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "0"
+	}
+	for _, p := range k.Params {
+		if p.Attr != "buffer" {
+			continue
+		}
+		t := strings.TrimSpace(strings.TrimSuffix(strings.TrimSuffix(strings.TrimSpace(p.Type), "&"), "*"))
+		out[p.Index] = "sizeof(" + t + ")"
+	}
+	return out
 }
 
 func matchParen(s string, open int) int {

@@ -11,11 +11,15 @@ using namespace metal;
 // TG_MEM declares threadgroup memory at kernel scope:
 //   TG_MEM float partial[32];
 #define TG_MEM threadgroup
+// DEVICE_PTR(p): a device pointer read from memory (a pointer table). On
+// Metal it is the pointer; the emulator checks that its buffer is resident.
+#define DEVICE_PTR(p) (p)
 #else
 // The emulator runs the threads of one threadgroup as fibers on one OS
 // thread, so per-OS-thread storage is exactly per-threadgroup storage.
 using namespace metal;
 #define TG_MEM static thread_local
+#define DEVICE_PTR(p) ((decltype(p))emu_device_ptr((const void *)(p)))
 #endif
 
 #define NEG_BIG (-1.0e30f)

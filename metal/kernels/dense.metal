@@ -73,6 +73,55 @@ kernel void matmul(device float *dst [[buffer(0)]],
 	}
 }
 
+// matmul_gate_up: dst = silu(x·Gᵀ) * (x·Uᵀ), two matrices stored alike
+// (an MLP's gate and up projections) in one dispatch. Each product is summed
+// as matmul sums it (+ 0.0f: matmul's absent bias) and SwiGLU is swiglu's
+// expression, so the result has the bits of two matmuls and a swiglu. Grid
+// and threads as matmul.
+kernel void matmul_gate_up(device float *dst [[buffer(0)]],
+                           device const float *x [[buffer(1)]],
+                           device const uchar *GW [[buffer(2)]],
+                           device const uchar *GS [[buffer(3)]],
+                           device const uchar *GB [[buffer(4)]],
+                           device const uchar *UW [[buffer(5)]],
+                           device const uchar *US [[buffer(6)]],
+                           device const uchar *UB [[buffer(7)]],
+                           constant WeightParams &wp [[buffer(8)]],
+                           constant MatMulParams &p [[buffer(9)]],
+                           uint2 tg [[threadgroup_position_in_grid]],
+                           uint sg [[simdgroup_index_in_threadgroup]],
+                           uint lane [[thread_index_in_simdgroup]]) {
+	uint n = tg.x * MM_SG + sg;
+	uint m0 = tg.y * MM_MB;
+	if (n >= p.N) return; // the whole SIMD-group leaves together
+	uint mc = min(uint(MM_MB), p.M - m0);
+	float ag[MM_MB], au[MM_MB];
+	for (uint m = 0; m < MM_MB; m++) ag[m] = au[m] = 0.0f;
+	uint chunks = p.K / 8;
+	for (uint c = lane; c < chunks; c += 32) {
+		float w[8];
+		load8(GW, GS, GB, wp, n, c, w);
+		for (uint m = 0; m < mc; m++) {
+			device const float *xr = x + ulong(m0 + m) * p.K + 8 * c;
+			float s = 0.0f;
+			for (uint k = 0; k < 8; k++) s += w[k] * xr[k];
+			ag[m] += s;
+		}
+		load8(UW, US, UB, wp, n, c, w);
+		for (uint m = 0; m < mc; m++) {
+			device const float *xr = x + ulong(m0 + m) * p.K + 8 * c;
+			float s = 0.0f;
+			for (uint k = 0; k < 8; k++) s += w[k] * xr[k];
+			au[m] += s;
+		}
+	}
+	for (uint m = 0; m < mc; m++) {
+		float g = simd_sum(ag[m]) + 0.0f;
+		float u = simd_sum(au[m]) + 0.0f;
+		if (lane == 0) dst[ulong(m0 + m) * p.N + n] = g / (1.0f + exp(-g)) * u;
+	}
+}
+
 // ---- RMSNorm over chunks of dim values ----
 struct NormParams {
 	uint rows, cols, dim;

@@ -92,6 +92,9 @@ kernel void moe_matmul(device float *y [[buffer(0)]],
 	uint r = tg.y;
 	if (n >= p.N || r >= p.R) return;
 	ExpertPtrs e = table[idx[r]];
+	e.w = DEVICE_PTR(e.w);
+	e.s = DEVICE_PTR(e.s);
+	e.b = DEVICE_PTR(e.b);
 	device const float *xr = x + ulong(p.x_per_row != 0 ? r : r / p.K) * p.Kd;
 	float acc = 0.0f;
 	for (uint c = lane; c < p.Kd / 8; c += 32) {
@@ -103,6 +106,50 @@ kernel void moe_matmul(device float *y [[buffer(0)]],
 	}
 	acc = simd_sum(acc);
 	if (lane == 0) y[ulong(r) * p.N + n] = acc;
+}
+
+// moe_gate_up: the gathered gate and up matmuls with SwiGLU fused:
+// y[r, n] = silu(g) * u with g = x[r / K] · G_{idx[r]}[n], u = x[r / K] ·
+// U_{idx[r]}[n] (gate and up stored alike). Each dot product is summed as
+// moe_matmul sums it and SwiGLU is swiglu's expression, so the result has
+// the bits of the three separate dispatches. Grid (ceil(N/MM_SG), R),
+// 32*MM_SG threads.
+kernel void moe_gate_up(device float *y [[buffer(0)]],
+                        device const float *x [[buffer(1)]],
+                        device const ExpertPtrs *gtab [[buffer(2)]],
+                        device const ExpertPtrs *utab [[buffer(3)]],
+                        constant WeightParams &wp [[buffer(4)]],
+                        device const int *idx [[buffer(5)]],
+                        constant GatherParams &p [[buffer(6)]],
+                        uint2 tg [[threadgroup_position_in_grid]],
+                        uint sg [[simdgroup_index_in_threadgroup]],
+                        uint lane [[thread_index_in_simdgroup]]) {
+	uint n = tg.x * 4 + sg;
+	uint r = tg.y;
+	if (n >= p.N || r >= p.R) return;
+	ExpertPtrs ge = gtab[idx[r]], ue = utab[idx[r]];
+	ge.w = DEVICE_PTR(ge.w);
+	ge.s = DEVICE_PTR(ge.s);
+	ge.b = DEVICE_PTR(ge.b);
+	ue.w = DEVICE_PTR(ue.w);
+	ue.s = DEVICE_PTR(ue.s);
+	ue.b = DEVICE_PTR(ue.b);
+	device const float *xr = x + ulong(p.x_per_row != 0 ? r : r / p.K) * p.Kd;
+	float ag = 0.0f, au = 0.0f;
+	for (uint c = lane; c < p.Kd / 8; c += 32) {
+		float w[8];
+		load8(ge.w, ge.s, ge.b, wp, n, c, w);
+		float s = 0.0f;
+		for (uint k = 0; k < 8; k++) s += w[k] * xr[8 * c + k];
+		ag += s;
+		load8(ue.w, ue.s, ue.b, wp, n, c, w);
+		s = 0.0f;
+		for (uint k = 0; k < 8; k++) s += w[k] * xr[8 * c + k];
+		au += s;
+	}
+	ag = simd_sum(ag);
+	au = simd_sum(au);
+	if (lane == 0) y[ulong(r) * p.N + n] = ag / (1.0f + exp(-ag)) * au;
 }
 
 struct CombineParams {

@@ -108,9 +108,13 @@ kernel void attention_paged(device float *dst [[buffer(0)]],
 	}
 }
 
-// ---- split attention for decode (flash-decoding) ----
+// ---- split attention (flash-decoding) ----
 // A decode row over a long cache is one SIMD-group walking every position:
-// with few rows the GPU idles. attention_paged_part splits the positions of
+// with few rows the GPU idles. It is also what keeps results batch
+// invariant: the host takes this path for every call with a row longer
+// than one chunk (a row of at most one chunk gets the bits of the one-pass
+// kernel either way: one real split, the others empty, combined exactly).
+// attention_paged_part splits the positions of
 // each row into chunks of p.chunk (a multiple of 32): grid (heads, t,
 // splits), and writes per (row, head, split) the running max m, the sum l
 // and the unnormalised output acc to part ([t][heads][splits] records of
@@ -120,6 +124,7 @@ struct PagedPartParams {
 	uint bs;
 	float scale;
 	uint chunk, splits;
+	uint row0; // first batch row of the grid (calls go in blocks of rows)
 };
 
 kernel void attention_paged_part(device float *part [[buffer(0)]],
@@ -133,10 +138,10 @@ kernel void attention_paged_part(device float *part [[buffer(0)]],
                                  uint lane [[thread_index_in_simdgroup]]) {
 	TG_MEM float pw[32];
 	TG_MEM uint prow[32];
-	uint h = tg.x, r = tg.y, sp = tg.z;
+	uint h = tg.x, r = tg.y + p.row0, sp = tg.z;
 	int pos = ri[2 * r];
 	if (pos < 0) return; // the whole threadgroup: uniform
-	device float *rec = part + ((ulong(r) * p.heads + h) * p.splits + sp) * (p.head_dim + 2);
+	device float *rec = part + ((ulong(tg.y) * p.heads + h) * p.splits + sp) * (p.head_dim + 2);
 	uint npos = uint(pos) + 1;
 	uint start = sp * p.chunk, end = min(npos, start + p.chunk);
 	float m = NEG_BIG, l = 0.0f;
@@ -188,6 +193,7 @@ kernel void attention_paged_part(device float *part [[buffer(0)]],
 
 struct PagedCombineParams {
 	uint heads, head_dim, splits;
+	uint row0;
 };
 
 // attention_combine: grid (heads, t), 32 threads: out = Σ_s acc_s·e^(m_s−M)
@@ -198,10 +204,10 @@ kernel void attention_combine(device float *dst [[buffer(0)]],
                               constant PagedCombineParams &p [[buffer(3)]],
                               uint2 tg [[threadgroup_position_in_grid]],
                               uint lane [[thread_index_in_simdgroup]]) {
-	uint h = tg.x, r = tg.y;
+	uint h = tg.x, r = tg.y + p.row0;
 	if (ri[2 * r] < 0) return;
 	uint stride = p.head_dim + 2;
-	device const float *recs = part + (ulong(r) * p.heads + h) * p.splits * stride;
+	device const float *recs = part + (ulong(tg.y) * p.heads + h) * p.splits * stride;
 	float M = NEG_BIG;
 	for (uint s = 0; s < p.splits; s++) M = max(M, recs[s * stride + p.head_dim]);
 	float L = 0.0f;

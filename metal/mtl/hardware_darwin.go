@@ -24,7 +24,7 @@ func Hardware() (HardwareInfo, error) {
 	}
 	defer d.Close()
 	h.Chip = d.Name()
-	h.RecommendedMaxWorkingSet = msgU64(d.dev, s("recommendedMaxWorkingSetSize"))
+	h.RecommendedMaxWorkingSet = d.RecommendedMaxWorkingSet()
 	h.HasUnifiedMemory = msgBool(d.dev, s("hasUnifiedMemory"))
 	return h, nil
 }
@@ -96,11 +96,4 @@ func gpuCoreCount() int {
 func (h HardwareInfo) String() string {
 	return fmt.Sprintf("%s, %d GPU cores, %d MiB unified memory, GPU working set %d MiB",
 		h.Chip, h.GPUCores, h.UnifiedMemory>>20, h.RecommendedMaxWorkingSet>>20)
-}
-
-// RecommendedMaxWorkingSet is MTLDevice.recommendedMaxWorkingSetSize: the
-// bytes the GPU can use without hurting performance (metal.Backend's KV
-// budget is what the weights leave of it).
-func (d *Device) RecommendedMaxWorkingSet() uint64 {
-	return msgU64(d.dev, s("recommendedMaxWorkingSetSize"))
 }

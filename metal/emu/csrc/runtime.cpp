@@ -117,9 +117,12 @@ struct Group {
 	Shim shim;
 	void **args;
 	uint64_t progress; // bumped by every arrival, release and exit
+	uint64_t serial;   // unique per threadgroup run (threadgroup memory poisoning)
+	uint64_t tg_bytes; // threadgroup memory declared so far
 };
 
 static thread_local Group *cur_group;
+static std::atomic<uint64_t> group_serial{0};
 
 static inline Ctx &self() { return cur_group->ctx[cur_group->cur]; }
 
@@ -196,6 +199,7 @@ static const size_t stack_size = 64 << 10;
 struct Worker {
 	std::vector<Ctx> ctx;
 	std::vector<SimdSlots> simd;
+	std::vector<int> order;
 	char *stacks = nullptr;
 	size_t nstacks = 0;
 	~Worker() {
@@ -217,7 +221,7 @@ struct Worker {
 // whole round of the scheduler in which no thread arrived anywhere, was
 // released or finished (a barrier or collective that some live thread
 // never reaches — it would hang a real GPU too).
-static bool run_group(Worker &w, Shim shim, void **args, uint3 tgid, uint3 tpg, uint3 ngroups) {
+static bool run_group(Worker &w, Shim shim, void **args, uint3 tgid, uint3 tpg, uint3 ngroups, uint64_t seed) {
 	int n = tpg.x * tpg.y * tpg.z;
 	int nsg = (n + 31) / 32;
 	w.ensure(n);
@@ -281,17 +285,31 @@ static bool run_group(Worker &w, Shim shim, void **args, uint3 tgid, uint3 tpg, 
 		c.sp = sp;
 #endif
 	}
+	g.serial = ++group_serial;
+	g.tg_bytes = 0;
 	cur_group = &g;
-	// Odd threadgroups run their threads in reverse order, so a missing
-	// barrier (a read of threadgroup memory before another thread's write)
-	// shows up as a wrong result in one of the two orders.
+	// Seed 0: odd threadgroups run their threads in reverse order, so a
+	// missing barrier (a read of threadgroup memory before another thread's
+	// write) shows up as a wrong result in one of the two orders. Other
+	// seeds: a fresh random order in every scheduling round.
 	bool reverse = (tgid.x + tgid.y + tgid.z) & 1;
+	uint64_t rng = seed ? seed ^ (0x9e3779b97f4a7c15ull * (1 + tgid.x + 65599ull * (tgid.y + 65599ull * tgid.z))) : 0;
+	w.order.resize(n);
 	int live = n;
 	while (live > 0) {
 		live = 0;
 		uint64_t before = g.progress;
+		for (int k = 0; k < n; k++) w.order[k] = reverse ? n - 1 - k : k;
+		if (seed) {
+			for (int k = n - 1; k > 0; k--) {
+				rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+				int j = (int)(rng % (uint64_t)(k + 1));
+				int t = w.order[k];
+				w.order[k] = w.order[j], w.order[j] = t;
+			}
+		}
 		for (int k = 0; k < n; k++) {
-			int i = reverse ? n - 1 - k : k;
+			int i = w.order[k];
 			if (w.ctx[i].done) continue;
 			g.cur = i;
 			emu_switch_ctx(&g.sched_sp, w.ctx[i].sp);
@@ -320,13 +338,62 @@ extern "C" const Kernel emu_kernels[];
 extern "C" const int emu_nkernels;
 
 // Desc is the dispatch descriptor passed from Go (layout mirrored there).
-struct Desc {
-	int32_t kernel, nargs, workers, pad;
-	uint32_t groups[3], threads[3];
-	void **args;
+// Res is one buffer resident for a dispatch: device addresses
+// [gpu, gpu+len) map to host memory at host.
+struct Res {
+	uint64_t gpu, len, host;
 };
 
+struct Desc {
+	int32_t kernel, nargs, workers, nres;
+	uint32_t groups[3], threads[3];
+	void **args;
+	uint64_t seed;
+	const Res *res;    // sorted by gpu
+	uint64_t bad_ptr;  // out: a non-resident device address a kernel read
+	uint64_t tg_bytes; // out: threadgroup memory of a threadgroup over 32 KiB
+};
+
+// The dispatch being run (dispatches are serialised) and what its threads
+// found wrong.
+static const Desc *cur_desc;
+static std::atomic<uint64_t> bad_ptr{0};
+static std::atomic<uint64_t> tg_over{0};
+
 } // namespace emu
+
+extern "C" void emu_tg_init(void *p, unsigned long n, unsigned long *serial) {
+	emu::Group *g = emu::cur_group;
+	if (*serial == g->serial) return;
+	*serial = g->serial;
+	memset(p, 0xff, n); // NaN as float, -1 as int: garbage that shows
+	g->tg_bytes += n;
+	if (g->tg_bytes > 32768) {
+		uint64_t z = 0;
+		emu::tg_over.compare_exchange_strong(z, g->tg_bytes);
+	}
+}
+
+extern "C" const void *emu_device_ptr(const void *p) {
+	uint64_t a = (uint64_t)p;
+	const emu::Desc *d = emu::cur_desc;
+	int lo = 0, hi = d->nres;
+	while (lo < hi) { // last range starting at or below a
+		int mid = (lo + hi) / 2;
+		if (d->res[mid].gpu <= a) lo = mid + 1; else hi = mid;
+	}
+	if (lo > 0 && a < d->res[lo - 1].gpu + d->res[lo - 1].len)
+		return (const void *)(d->res[lo - 1].host + (a - d->res[lo - 1].gpu));
+	uint64_t z = 0;
+	emu::bad_ptr.compare_exchange_strong(z, a);
+	return (const void *)(a & ((1ull << 48) - 1)); // the host address of a live buffer (keeps running)
+}
+
+extern "C" int emu_kernel_args(int k, const unsigned long **sizes) {
+	if (k < 0 || k >= emu::emu_nkernels) return -1;
+	*sizes = emu::emu_kernels[k].sizes;
+	return emu::emu_kernels[k].nargs;
+}
 
 extern "C" int emu_lookup(const char *name) {
 	for (int i = 0; i < emu::emu_nkernels; i++)
@@ -367,9 +434,9 @@ static void pool_worker(int idx, uint64_t seen) {
 }
 
 // run_on_pool runs work on nw pool threads and waits for all of them.
-// Dispatches are serialised (one at a time per library).
+// The caller holds pool->dispatch: dispatches are serialised (one at a
+// time per library).
 static void run_on_pool(int nw, const std::function<void()> &work) {
-	std::lock_guard<std::mutex> one(pool->dispatch);
 	std::unique_lock<std::mutex> lk(pool->mu);
 	while (pool->nthreads < nw) std::thread(pool_worker, pool->nthreads++, pool->gen).detach();
 	pool->nw = nw;
@@ -398,7 +465,7 @@ extern "C" int emu_dispatch(const emu::Desc *d) {
 			uint64_t i = next.fetch_add(1);
 			if (i >= total) return;
 			uint3 tg = uint3{(uint)(i % ng.x), (uint)((i / ng.x) % ng.y), (uint)(i / ((uint64_t)ng.x * ng.y))};
-			if (!emu::run_group(w, shim, args, tg, tpg, ng)) {
+			if (!emu::run_group(w, shim, args, tg, tpg, ng, d->seed)) {
 				deadlock = true;
 				next = total; // stop handing out threadgroups
 				return;
@@ -407,7 +474,17 @@ extern "C" int emu_dispatch(const emu::Desc *d) {
 	};
 	int nw = d->workers < 1 ? 1 : d->workers;
 	if ((uint64_t)nw > total) nw = (int)total;
+	std::lock_guard<std::mutex> one(emu::pool->dispatch);
+	emu::cur_desc = d;
+	emu::bad_ptr = 0;
+	emu::tg_over = 0;
 	emu::run_on_pool(nw, work);
-	return deadlock ? -2 : 0;
+	emu::cur_desc = nullptr;
+	((emu::Desc *)d)->bad_ptr = emu::bad_ptr;
+	((emu::Desc *)d)->tg_bytes = emu::tg_over;
+	if (deadlock) return -2;
+	if (emu::tg_over) return -3;
+	if (emu::bad_ptr) return -4;
+	return 0;
 }
 

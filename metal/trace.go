@@ -1,0 +1,132 @@
+package metal
+
+import (
+	"encoding/binary"
+
+	"github.com/macpool/macpool/metal/gpu"
+)
+
+// DispatchRecord is one dispatch of a traced forward pass: the kernel, its
+// grid, and the device memory it must read or write (an estimate from its
+// arguments, see dispatchBytes).
+type DispatchRecord struct {
+	Kernel  string
+	Groups  [3]int
+	Threads [3]int
+	Bytes   int64
+	// CommandBuffer is the index, within the trace, of the command buffer
+	// the dispatch went into.
+	CommandBuffer int
+}
+
+// StartTrace records every dispatch from now on (StopTrace returns them).
+func (b *Backend) StartTrace() {
+	b.trace, b.tracing, b.traceCB = nil, true, 0
+}
+
+// StopTrace ends recording and returns the dispatches since StartTrace.
+func (b *Backend) StopTrace() []DispatchRecord {
+	t := b.trace
+	b.trace, b.tracing = nil, false
+	return t
+}
+
+func (b *Backend) record(name string, groups, threads [3]int, args []gpu.Arg) {
+	b.trace = append(b.trace, DispatchRecord{Kernel: name, Groups: groups, Threads: threads,
+		Bytes: dispatchBytes(name, groups, threads, args), CommandBuffer: b.traceCB})
+}
+
+// u32 reads field i of an inline argument (0 if absent).
+func u32(a gpu.Arg, i int) int64 {
+	if len(a.Bytes) < 4*(i+1) {
+		return 0
+	}
+	return int64(binary.LittleEndian.Uint32(a.Bytes[4*i:]))
+}
+
+// weightBytes is what a matrix of WeightParams w (pack(fmt, rows, cols,
+// rowBytes, bits, group, sfmt, bfmt)) occupies, rows n of it.
+func weightBytes(w gpu.Arg, n int64) int64 {
+	bytes := n * u32(w, 3)
+	if u32(w, 0) == fmtMLX && u32(w, 5) > 0 {
+		scalar := func(f int64) int64 {
+			if f == fmtF32 {
+				return 4
+			}
+			return 2
+		}
+		groups := n * u32(w, 2) / u32(w, 5)
+		bytes += groups * (scalar(u32(w, 6)) + scalar(u32(w, 7)))
+	}
+	return bytes
+}
+
+// rowPositions sums position+1 over the rows [r0, r0+n) of a row table
+// (pairs of int32: position, block-table start; position < 0: skipped),
+// inline or in a buffer.
+func rowPositions(a gpu.Arg, r0, n int) int64 {
+	b := a.Bytes
+	if b == nil && a.Buf != nil {
+		b = a.Buf.Bytes()[a.Off:]
+	}
+	var s int64
+	for r := r0; r < r0+n && 8*r+4 <= len(b); r++ {
+		if p := int32(binary.LittleEndian.Uint32(b[8*r:])); p >= 0 {
+			s += int64(p) + 1
+		}
+	}
+	return s
+}
+
+// dispatchBytes estimates the device memory a dispatch reads and writes:
+// the weights a matrix kernel streams (for the gathered MoE matmul: every
+// row's expert, distinct in a decode step), the K/V rows attention reads,
+// the recurrent state DeltaNet reads and writes, and for other kernels
+// their buffer arguments up to 32 bytes per thread (activations; kernels
+// touch a few values per thread).
+func dispatchBytes(name string, g, t [3]int, args []gpu.Arg) int64 {
+	arg := func(i int) gpu.Arg {
+		if i < len(args) {
+			return args[i]
+		}
+		return gpu.Arg{}
+	}
+	switch name {
+	case "matmul": // y, x, W, S, B, WeightParams, bias, (M, N, K, bias)
+		m, n, k := u32(arg(7), 0), u32(arg(7), 1), u32(arg(7), 2)
+		return weightBytes(arg(5), n) + 4*m*(n+k)
+	case "matmul_gate_up": // y, x, GW, GS, GB, UW, US, UB, WeightParams, (M, N, K, 0)
+		m, n, k := u32(arg(9), 0), u32(arg(9), 1), u32(arg(9), 2)
+		return 2*weightBytes(arg(8), n) + 4*m*(n+k)
+	case "embed": // out, W, S, B, WeightParams, ids, (n, cols)
+		n, cols := u32(arg(6), 0), u32(arg(6), 1)
+		return weightBytes(arg(4), n) + 4*n*cols
+	case "moe_matmul": // y, x, table, WeightParams, idx, (R, N, Kd, K, perRow)
+		r, n, kd := u32(arg(5), 0), u32(arg(5), 1), u32(arg(5), 2)
+		return r*weightBytes(arg(3), n) + 4*r*(n+kd)
+	case "moe_gate_up": // y, x, gate table, up table, WeightParams, idx, (R, N, Kd, K, perRow)
+		r, n, kd := u32(arg(6), 0), u32(arg(6), 1), u32(arg(6), 2)
+		return 2*r*weightBytes(arg(4), n) + 4*r*(n+kd)
+	case "attention_paged_part": // part, q, k, v, ri, tab, (heads, kvh, hd, bs, scale, chunk, splits, row0)
+		kvh, hd := u32(arg(6), 1), u32(arg(6), 2)
+		return 8 * kvh * hd * rowPositions(arg(4), int(u32(arg(6), 7)), g[1])
+	case "attention_paged": // dst, q, k, v, ri, tab, (heads, kvh, hd, bs, scale)
+		kvh, hd := u32(arg(6), 1), u32(arg(6), 2)
+		return 8 * kvh * hd * rowPositions(arg(4), 0, g[1])
+	case "attention": // dst, q, k, v, (row, N, pos, heads, kvh, hd, scale)
+		n, pos, kvh, hd := u32(arg(4), 1), u32(arg(4), 2), u32(arg(4), 4), u32(arg(4), 5)
+		return 8 * kvh * hd * (n*pos + n*(n+1)/2)
+	case "dn_rule": // ..., (row, N, kh, nv, kd, vd, C, fresh)
+		p := arg(len(args) - 1)
+		n, nv, kd, vd, c := u32(p, 1), u32(p, 3), u32(p, 4), u32(p, 5), u32(p, 6)
+		return 2*4*nv*kd*vd + 4*n*(c+2*nv+nv*vd)
+	}
+	threads := int64(g[0]*g[1]*g[2]) * int64(t[0]*t[1]*t[2])
+	var s int64
+	for _, a := range args {
+		if a.Buf != nil && a.Bytes == nil {
+			s += min(int64(a.Buf.Len()-a.Off+a.Buf.Offset()), 32*threads)
+		}
+	}
+	return s
+}
