@@ -250,3 +250,24 @@ func TestNewRequestID(t *testing.T) {
 		t.Errorf("ids %q %q", a, b)
 	}
 }
+
+// TestUnenforcedHeader: what a non-strict schema could not enforce reaches
+// the client as X-Macpool-Unenforced, streamed or not; without it, no header.
+func TestUnenforcedHeader(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		for _, list := range [][]string{{"response_format: $ref at /properties/a (remote)", "tools[0].function.parameters: x at / (y)"}, nil} {
+			svc := &fakeService{events: []job.Event{{Worker: "w", Role: "assistant", Unenforced: list}, {Worker: "w", Text: "{}", FinishReason: "stop"}}}
+			_, hs := newTestServer(t, svc, nil)
+			body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+			resp, err := http.Post(hs.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if got, want := resp.Header.Get(HeaderUnenforced), strings.Join(list, "; "); resp.StatusCode != 200 || got != want {
+				t.Errorf("stream %v: status %d header %q, want %q", stream, resp.StatusCode, got, want)
+			}
+		}
+	}
+}

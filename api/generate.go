@@ -73,6 +73,7 @@ func collect(ctx context.Context, c *gin.Context, st job.Stream, add func(*job.E
 			}
 			worker = ev.Worker
 		}
+		setUnenforced(c, ev)
 		if ev.Err != nil {
 			writeError(c, ev.Err)
 			return nil, "", false
@@ -110,6 +111,9 @@ func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream
 	if ev != nil && ev.Worker != "" {
 		worker = ev.Worker
 		c.Header(HeaderWorker, worker)
+	}
+	if ev != nil {
+		setUnenforced(c, ev)
 	}
 	w := newSSEWriter(c.Writer, s.cfg.StreamWriteTimeout)
 	w.start()

@@ -286,11 +286,12 @@ type messageGen struct {
 	id    string
 	model string
 
-	blocks []anthropic.ResponseBlock
-	cur    int                      // index of the open block, -1 = none
-	tools  map[int]int              // chat tool-call index → block index
-	args   map[int]*strings.Builder // block index → tool input JSON so far
-	reason string                   // the job's finish reason
+	blocks  []anthropic.ResponseBlock
+	cur     int                      // index of the open block, -1 = none
+	tools   map[int]int              // chat tool-call index → block index
+	args    map[int]*strings.Builder // block index → tool input JSON so far
+	reason  string                   // the job's finish reason
+	stopSeq string                   // the stop string that ended it (FinishReason "stop")
 }
 
 func newMessageGen(id, model string) *messageGen {
@@ -380,20 +381,32 @@ func (g *messageGen) event(w *sseWriter, ev *job.Event) *openai.Error {
 		}
 	}
 	if ev.FinishReason != "" {
-		g.reason = ev.FinishReason
+		g.reason, g.stopSeq = ev.FinishReason, ev.StopSequence
 	}
 	return nil
 }
 
 func (g *messageGen) stopReason() *string {
 	r := anthropic.StopEndTurn
-	switch g.reason {
-	case "length":
+	switch {
+	case g.reason == "length":
 		r = anthropic.StopMaxTokens
-	case "tool_calls":
+	case g.reason == "tool_calls":
 		r = anthropic.StopToolUse
+	case g.reason == "stop" && g.stopSeq != "":
+		r = anthropic.StopSequence
 	}
 	return &r
+}
+
+// stopSequence is the stop sequence that ended the message (null unless
+// stop_reason is "stop_sequence").
+func (g *messageGen) stopSequence() *string {
+	if g.reason != "stop" || g.stopSeq == "" {
+		return nil
+	}
+	s := g.stopSeq
+	return &s
 }
 
 func messagesUsage(u *openai.Usage) anthropic.Usage {
@@ -420,7 +433,7 @@ func (g *messageGen) settle(w *sseWriter) {
 func (g *messageGen) finish(w *sseWriter, u *openai.Usage, _ string) {
 	g.settle(w)
 	w.event("message_delta", anthropic.MessageDelta{Type: "message_delta",
-		Delta: anthropic.MessageDeltaDelta{StopReason: g.stopReason()}, Usage: messagesUsage(u)})
+		Delta: anthropic.MessageDeltaDelta{StopReason: g.stopReason(), StopSequence: g.stopSequence()}, Usage: messagesUsage(u)})
 	w.event("message_stop", anthropic.Simple{Type: "message_stop"})
 }
 
@@ -436,5 +449,5 @@ func (g *messageGen) response(u *openai.Usage) *anthropic.MessageResponse {
 		blocks = []anthropic.ResponseBlock{}
 	}
 	return &anthropic.MessageResponse{ID: g.id, Type: "message", Role: "assistant", Model: g.model,
-		Content: blocks, StopReason: g.stopReason(), Usage: messagesUsage(u)}
+		Content: blocks, StopReason: g.stopReason(), StopSequence: g.stopSequence(), Usage: messagesUsage(u)}
 }

@@ -144,6 +144,35 @@ func TestMessagesNonStream(t *testing.T) {
 	}
 }
 
+// TestMessagesStopSequence: a choice ended by a stop string is
+// stop_reason "stop_sequence" naming it; an end of turn names none.
+func TestMessagesStopSequence(t *testing.T) {
+	for _, tc := range []struct {
+		ev           job.Event
+		reason, stop string
+	}{
+		{job.Event{Worker: "w", Text: "done", FinishReason: "stop", StopSequence: "END"}, "stop_sequence", `"END"`},
+		{job.Event{Worker: "w", Text: "done", FinishReason: "stop"}, "end_turn", "null"},
+		{job.Event{Worker: "w", Text: "done", FinishReason: "length"}, "max_tokens", "null"},
+	} {
+		svc := &fakeService{events: []job.Event{{Worker: "w", Role: "assistant"}, tc.ev}}
+		_, hs := newTestServer(t, svc, nil)
+		body := `{"model":"qwen3-8b","max_tokens":10,"stop_sequences":["END"],"messages":[{"role":"user","content":"hi"}]}`
+		resp := postMessages(t, hs.URL+"/v1/messages", body, nil)
+		raw, _ := io.ReadAll(resp.Body)
+		want := `"stop_reason":"` + tc.reason + `","stop_sequence":` + tc.stop
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("%+v: message %s, want %s", tc.ev, raw, want)
+		}
+		stream := strings.Replace(body, `"max_tokens":10,`, `"max_tokens":10,"stream":true,`, 1)
+		resp = postMessages(t, hs.URL+"/v1/messages", stream, nil)
+		raw, _ = io.ReadAll(resp.Body)
+		if !strings.Contains(string(raw), `"delta":{`+want) {
+			t.Errorf("%+v: stream %s, want a message_delta with %s", tc.ev, raw, want)
+		}
+	}
+}
+
 // TestMessagesRequestMapping checks the chat request a tool round trip
 // becomes.
 func TestMessagesRequestMapping(t *testing.T) {

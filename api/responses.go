@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/gin-gonic/gin"
+	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/job"
 )
@@ -184,6 +185,7 @@ func responsesToChat(r *openai.ResponseRequest, items []openai.ResponseItem, mod
 		ParallelToolCalls: r.ParallelToolCalls,
 		User:              r.User,
 		Seed:              r.Seed,
+		Truncation:        r.Truncation,
 	}
 	if r.MaxOutputTokens != nil {
 		chat.MaxCompletionTokens = r.MaxOutputTokens
@@ -368,7 +370,7 @@ func (s *Server) loadResponse(ctx context.Context, id, param string) (*storedRes
 		notFound.Message = fmt.Sprintf("Previous response with id '%s' not found.", id)
 	}
 	doc, err := s.cfg.Responses.GetResponse(ctx, id)
-	if errors.Is(err, ErrResponseNotFound) {
+	if errors.Is(err, admin.ErrResponseNotFound) {
 		return nil, notFound
 	}
 	if err != nil {
@@ -398,7 +400,7 @@ func (s *Server) deleteResponse(c *gin.Context) {
 	id := c.Param("id")
 	err := s.cfg.Responses.DeleteResponse(c.Request.Context(), id)
 	switch {
-	case errors.Is(err, ErrResponseNotFound):
+	case errors.Is(err, admin.ErrResponseNotFound):
 		writeError(c, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Param: "response_id", Code: "response_not_found",
 			Message: fmt.Sprintf("Response with id '%s' not found.", id)})
 	case err != nil:

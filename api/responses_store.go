@@ -2,14 +2,11 @@ package api
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
-)
 
-// ErrResponseNotFound is returned by a ResponseStore for an id it does not
-// hold (never stored, deleted or expired).
-var ErrResponseNotFound = errors.New("response not found")
+	"github.com/macpool/macpool/api/admin"
+)
 
 // ResponseStore keeps stored Responses API responses, each an opaque JSON
 // document under its response id ("resp_..."), for previous_response_id and
@@ -18,9 +15,9 @@ var ErrResponseNotFound = errors.New("response not found")
 // bucket); entries expire after the store's TTL.
 type ResponseStore interface {
 	PutResponse(ctx context.Context, id string, doc []byte) error
-	// GetResponse returns ErrResponseNotFound for an unknown id.
+	// GetResponse returns admin.ErrResponseNotFound for an unknown id.
 	GetResponse(ctx context.Context, id string) ([]byte, error)
-	// DeleteResponse returns ErrResponseNotFound for an unknown id.
+	// DeleteResponse returns admin.ErrResponseNotFound for an unknown id.
 	DeleteResponse(ctx context.Context, id string) error
 }
 
@@ -73,7 +70,7 @@ func (m *MemoryResponseStore) GetResponse(_ context.Context, id string) ([]byte,
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.expired(id) {
-		return nil, ErrResponseNotFound
+		return nil, admin.ErrResponseNotFound
 	}
 	return m.docs[id].doc, nil
 }
@@ -83,7 +80,7 @@ func (m *MemoryResponseStore) DeleteResponse(_ context.Context, id string) error
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.expired(id) {
-		return ErrResponseNotFound
+		return admin.ErrResponseNotFound
 	}
 	delete(m.docs, id)
 	return nil

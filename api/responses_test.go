@@ -265,8 +265,8 @@ func TestResponsesRequestMapping(t *testing.T) {
 		t.Fatalf("status %d, response %+v", resp.StatusCode, r)
 	}
 	chat := svc.lastJob(t).Chat
-	if chat.Model != "qwen3-8b" {
-		t.Errorf("model = %q, want the alias target qwen3-8b", chat.Model)
+	if chat.Model != "qwen3-8b" || chat.Truncation != "auto" {
+		t.Errorf("model %q truncation %q, want the alias target qwen3-8b and auto", chat.Model, chat.Truncation)
 	}
 	var roles []string
 	for _, m := range chat.Messages {

@@ -17,13 +17,24 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 // Response headers.
 const (
 	HeaderRequestID = "X-Request-Id"
 	HeaderWorker    = "X-Macpool-Worker"
+	// HeaderUnenforced lists, "; "-separated, what a non-strict schema
+	// constraint of the request could not enforce (job.Event.Unenforced).
+	HeaderUnenforced = "X-Macpool-Unenforced"
 )
+
+// setUnenforced sets HeaderUnenforced from an event that carries the list.
+func setUnenforced(c *gin.Context, ev *job.Event) {
+	if len(ev.Unenforced) > 0 && c.Writer.Header().Get(HeaderUnenforced) == "" {
+		c.Header(HeaderUnenforced, strings.Join(ev.Unenforced, "; "))
+	}
+}
 
 const ctxKeyID = "macpool.key_id" // gin context key: the caller's key id
 

@@ -359,7 +359,10 @@ func (c *Coordinator) startServer(routes []*neturl.URL) (string, error) {
 		// Queues are file streams; the memory limit only bounds what
 		// JetStream may reserve for memory streams (none).
 		JetStreamMaxMemory: 64 << 20,
-		NoSigs:             true,
+		// A job carries its request body: the API admits bodies of 16 MiB,
+		// so the queue must take messages beyond NATS's 1 MiB default.
+		MaxPayload: MaxJobBytes,
+		NoSigs:     true,
 		NoLog:              os.Getenv("MACPOOL_NATS_LOG") == "",
 	}
 	if c.cfg.NATSCluster != "" {

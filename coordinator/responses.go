@@ -7,9 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/macpool/macpool/api/admin"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/macpool/macpool/api"
 )
 
 // Stored Responses API responses (store, previous_response_id) live in one
@@ -30,8 +29,6 @@ type ResponseStore struct {
 	kv       jetstream.KeyValue
 	replicas int // of kv as last created or updated
 }
-
-var _ api.ResponseStore = (*ResponseStore)(nil)
 
 // ResponseStore returns the coordinator's response store (for
 // api.Config.Responses).
@@ -94,7 +91,7 @@ func (s *ResponseStore) PutResponse(ctx context.Context, id string, doc []byte) 
 // GetResponse implements api.ResponseStore.
 func (s *ResponseStore) GetResponse(ctx context.Context, id string) ([]byte, error) {
 	if !validKey(id) {
-		return nil, api.ErrResponseNotFound
+		return nil, admin.ErrResponseNotFound
 	}
 	kv, err := s.bucket(ctx)
 	if err != nil {
@@ -102,7 +99,7 @@ func (s *ResponseStore) GetResponse(ctx context.Context, id string) ([]byte, err
 	}
 	e, err := kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, api.ErrResponseNotFound
+		return nil, admin.ErrResponseNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read response %s: %w", id, err)

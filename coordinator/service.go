@@ -201,6 +201,10 @@ func (c *Coordinator) Submit(ctx context.Context, job *job.Job) (job.Stream, err
 	if err != nil {
 		return nil, openai.ServerError("encode job: %v", err)
 	}
+	if limit := c.jobLimit(); int64(len(body)) > limit {
+		return nil, &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: openai.TypeInvalidRequest, Code: "request_too_large",
+			Message: fmt.Sprintf("the request is %d bytes as a job, more than the %d bytes the cluster's queue carries (NATS max_payload); send a shorter request", len(body), limit)}
+	}
 	id := nuid.Next()
 	s := &stream{c: c, id: id, model: job.Model, job: job, resumable: true, notify: make(chan struct{}, 1), submitted: time.Now()}
 	c.streams.Store(id, s)
@@ -220,6 +224,22 @@ func (c *Coordinator) Submit(ctx context.Context, job *job.Job) (job.Stream, err
 	s.mu.Unlock()
 	s.release, admitted = release, true
 	return s, nil
+}
+
+// MaxJobBytes is the largest message the embedded NATS server carries: a job
+// is its request (up to the API's 16 MiB body limit) plus headroom for its
+// envelope and, after a failover, its resume tokens.
+const MaxJobBytes = 24 << 20
+
+// jobLimit is the largest job the queue takes: the connection's max_payload
+// (an external NATS server may have a smaller one) less room for headers and
+// the resume tokens a failover adds.
+func (c *Coordinator) jobLimit() int64 {
+	mp := c.nc.MaxPayload()
+	if mp <= 0 {
+		mp = MaxJobBytes
+	}
+	return mp - min(mp/8, 1<<20)
 }
 
 // publishWait bounds how long Submit retries a publish that found no stream

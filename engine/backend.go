@@ -107,7 +107,7 @@ type RopeParams struct {
 // Host slices passed to an op (ids, positions, rows, seqs) may be reused by
 // the caller as soon as the op returns: a backend copies what it needs.
 // Element-wise ops (RMSNorm, Rope, SwiGLU, Add, SigmoidMul) allow dst to be
-// one of their inputs; MatMul, Attention, Gather and Copy do not.
+// one of their inputs; MatMul, Attention, Gather, Copy and Deinterleave do not.
 //
 // A Backend is not safe for concurrent use: one forward pass at a time.
 //
@@ -162,6 +162,12 @@ type Backend interface {
 	// Copy copies the block src[srcRow:srcRow+rows, srcCol:srcCol+cols] to
 	// dst at (dstRow, dstCol): row slices and column slices (splitting heads).
 	Copy(dst Tensor, dstRow, dstCol int, src Tensor, srcRow, srcCol, rows, cols int)
+	// Deinterleave splits src [T, 2*n*chunk], each row laid out as
+	// [a_0 | b_0 | a_1 | b_1 | ...] with chunk values per piece, into
+	// a = [a_0 | a_1 | ...] and b = [b_0 | b_1 | ...] (each [T, n*chunk]):
+	// the per-head Copy pairs of a gated q projection in one op. A pure
+	// copy, so its bits equal those of the 2n Copy calls it replaces.
+	Deinterleave(a, b, src Tensor, chunk int)
 	// Gather sets dst row i to src row rows[i] (selecting logit rows).
 	Gather(dst, src Tensor, rows []int)
 }

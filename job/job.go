@@ -50,8 +50,13 @@ type Event struct {
 	ToolCalls    []openai.ToolCallDelta
 	Logprobs     *openai.ChoiceLogprobs // for the tokens of this delta
 	FinishReason string                 // "stop" | "length" | "tool_calls" on the last event of a choice
+	StopSequence string                 // with FinishReason "stop": the stop string that ended the choice, if one did
 	Usage        *openai.Usage          // once, at the end
 	Err          *openai.Error          // terminal error event
+	// Unenforced, on a choice's first event, lists what a non-strict
+	// schema constraint (response_format or tool parameters without
+	// strict: true) could not enforce: "keyword at /json/pointer (why)".
+	Unenforced []string `json:",omitempty"`
 	// Embeddings (KindEmbedding) are finished vectors of some inputs, in any
 	// order over any number of events; every input comes at least once (a
 	// job rerun after a worker failover may repeat one: the last one counts).

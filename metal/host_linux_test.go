@@ -174,6 +174,117 @@ func TestMoEGateUpFusedBits(t *testing.T) {
 	}
 }
 
+// TestMoEDownCombineFusedBits: moe_down_combine (gathered down, shared
+// expert down, its sigmoid gate and the weighted combine in one dispatch)
+// gives the bits of the four separate dispatches, with and without a shared
+// expert, for a decode row and a batch, and an inter size whose chunks do
+// not fill the lanes evenly.
+func TestMoEDownCombineFusedBits(t *testing.T) {
+	b := newEmu(t)
+	r := rand.New(rand.NewPCG(6, 6))
+	for _, f := range []tensor.Format{tensor.BF16, tensor.Q8_0} {
+		up := func(rows, cols int) engine.Weight {
+			w, err := b.Upload(hostOf(r, f, rows, cols))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}
+		const E, H, inter, si = 6, 64, 96, 320
+		for _, shared := range []bool{true, false} {
+			w := engine.MoEWeights{Router: up(E, H)}
+			for range E {
+				w.Experts = append(w.Experts, engine.Expert{Gate: up(inter, H), Up: up(inter, H), Down: up(H, inter)})
+			}
+			if shared {
+				w.Shared = &engine.Expert{Gate: up(si, H), Up: up(si, H), Down: up(H, si)}
+				w.SharedGate = up(1, H)
+			}
+			for _, T := range []int{1, 5} {
+				x := b.NewTensor(T, H)
+				b.Write(x, randn(r, T*H))
+				out := func() []float32 {
+					y := b.NewTensor(T, H)
+					b.MoE(y, x, &w, engine.MoEParams{TopK: 3, Normalize: true})
+					v := make([]float32, T*H)
+					if err := b.Read(y, v); err != nil {
+						t.Fatal(err)
+					}
+					return v
+				}
+				b.StartTrace()
+				fused := out()
+				if n := countKernel(b.StopTrace(), "moe_down_combine"); n != 1 {
+					t.Fatalf("%v shared %v T %d: %d moe_down_combine dispatches, want 1", f, shared, T, n)
+				}
+				p := b.pipes["moe_down_combine"]
+				delete(b.pipes, "moe_down_combine")
+				separate := out()
+				b.pipes["moe_down_combine"] = p
+				if bad := diffBits(fused, separate); bad > 0 {
+					t.Errorf("%v shared %v T %d: %d of %d outputs differ between fused and separate down/combine", f, shared, T, bad, len(fused))
+				}
+			}
+		}
+	}
+}
+
+// TestMoEDownCombineModelBits: the MoE fixtures (routed experts, and a
+// shared expert with its gate) give bit-identical logits with
+// moe_down_combine and with the four dispatches it replaces.
+func TestMoEDownCombineModelBits(t *testing.T) {
+	for _, name := range []string{"hf/qwen3_5_moe", "hf/qwen3_next"} {
+		t.Run(name, func(t *testing.T) {
+			be := newEmu(t)
+			ck, err := checkpoint.Open(fixture(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ck.Close()
+			m, err := engine.New(be, ck)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			ids, _, _, _, _ := readRef(t, fixture(name), "")
+			logits := func() []float32 {
+				c, err := m.NewCache()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Free()
+				out, err := m.Forward(context.Background(), []engine.Seq{{Cache: c, Tokens: ids, AllLogits: true}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out[0]
+			}
+			be.StartTrace()
+			fused := logits()
+			if countKernel(be.StopTrace(), "moe_down_combine") == 0 {
+				t.Fatalf("%s: no moe_down_combine dispatch; the test exercised nothing", name)
+			}
+			p := be.pipes["moe_down_combine"]
+			delete(be.pipes, "moe_down_combine")
+			separate := logits()
+			be.pipes["moe_down_combine"] = p
+			if bad := diffBits(fused, separate); bad > 0 {
+				t.Errorf("%s: %d of %d logits differ between fused and separate down/combine", name, bad, len(fused))
+			}
+		})
+	}
+}
+
+func countKernel(trace []DispatchRecord, name string) int {
+	n := 0
+	for _, d := range trace {
+		if d.Kernel == name {
+			n++
+		}
+	}
+	return n
+}
+
 // TestModelsUnderSeeds runs two hybrid fixtures (attention with threadgroup
 // memory, DeltaNet, MoE) on devices whose threadgroups run their threads in
 // random orders: the logits still match the references.

@@ -90,7 +90,8 @@ func (b *Backend) gathered(y gpu.Buffer, x gpu.Buffer, t *moeTable, idx gpu.Buff
 
 // MoE implements engine.MoEOps with no CPU round trip: router matmul,
 // moe_route on the GPU, gathered gate/up matmuls over (token, slot) rows,
-// SwiGLU, gathered down, then the weighted combine (+ shared expert).
+// SwiGLU, then gathered down and the weighted combine (+ shared expert)
+// fused in moe_down_combine, or as separate dispatches without it.
 // Every chosen (token, expert) pair costs one row; nothing is computed for
 // experts a token did not choose.
 func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEParams) {
@@ -132,23 +133,49 @@ func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEPa
 		b.gathered(tt(ut).buf, xt.buf, tabs.up, idx, R, inter, H, K, false)
 		b.SwiGLU(gt, gt, ut)
 	}
-	yt := b.NewTensor(R, H)
-	b.gathered(tt(yt).buf, tt(gt).buf, tabs.down, idx, R, H, inter, K, true)
-	ys, g := gpu.Arg{Buf: b.dummy}, gpu.Arg{Buf: b.dummy}
-	var sy, sg, su engine.Tensor
-	if w.Shared != nil {
-		si := ww(w.Shared.Gate).rows
-		sg = b.NewTensor(T, si)
-		b.gateUp(sg, x, w.Shared.Gate, w.Shared.Up)
-		sy = b.NewTensor(T, H)
-		b.MatMul(sy, sg, w.Shared.Down, nil)
-		gate := b.NewTensor(T, 1)
-		b.MatMul(gate, x, w.SharedGate, nil)
-		ys, g = buf(tt(sy).buf), buf(tt(gate).buf)
-		defer b.Release(gate)
+	var yt, sy, sg, su engine.Tensor
+	if b.pipes["moe_down_combine"] != nil && inter%8 == 0 && H%8 == 0 {
+		// One dispatch for the down projections, the shared gate and the
+		// combine (same bits as the four separate dispatches below).
+		if b.cb == nil {
+			b.cb = b.dev.NewCommandBuffer()
+		}
+		b.cb.Use(tabs.down.bufs...)
+		d := gpu.Arg{Buf: b.dummy}
+		shared := []gpu.Arg{d, d, d, d, {Bytes: tabs.down.params}, d, d, d, d, {Bytes: tabs.down.params}}
+		si := 0
+		if w.Shared != nil {
+			si = ww(w.Shared.Gate).rows
+			sg = b.NewTensor(T, si)
+			b.gateUp(sg, x, w.Shared.Gate, w.Shared.Up)
+			sd, gw := ww(w.Shared.Down), ww(w.SharedGate)
+			if sd.rows != H || sd.cols != si || si%8 != 0 || gw.rows != 1 || gw.cols != H {
+				panic(fmt.Sprintf("metal: moe shared down [%d, %d] and gate [%d, %d] for hidden %d, intermediate %d", sd.rows, sd.cols, gw.rows, gw.cols, H, si))
+			}
+			shared = append(append([]gpu.Arg{buf(tt(sg).buf)}, b.weightArgs(sd)...), buf(xt.buf))
+			shared = append(shared, b.weightArgs(gw)...)
+		}
+		args := append([]gpu.Arg{buf(o.buf), buf(tt(gt).buf), buf(tabs.down.table), {Bytes: tabs.down.params}, buf(idx), buf(wts)}, shared...)
+		args = append(args, gpu.Arg{Bytes: pack(T, H, K, inter, b2u(w.Shared != nil), si)})
+		b.dispatch("moe_down_combine", [3]int{ceil(H, 4), T, 1}, [3]int{128, 1, 1}, args...)
+	} else {
+		yt = b.NewTensor(R, H)
+		b.gathered(tt(yt).buf, tt(gt).buf, tabs.down, idx, R, H, inter, K, true)
+		ys, g := gpu.Arg{Buf: b.dummy}, gpu.Arg{Buf: b.dummy}
+		if w.Shared != nil {
+			si := ww(w.Shared.Gate).rows
+			sg = b.NewTensor(T, si)
+			b.gateUp(sg, x, w.Shared.Gate, w.Shared.Up)
+			sy = b.NewTensor(T, H)
+			b.MatMul(sy, sg, w.Shared.Down, nil)
+			gate := b.NewTensor(T, 1)
+			b.MatMul(gate, x, w.SharedGate, nil)
+			ys, g = buf(tt(sy).buf), buf(tt(gate).buf)
+			defer b.Release(gate)
+		}
+		b.dispatch("moe_combine", [3]int{ceil(T*H, 256), 1, 1}, [3]int{256, 1, 1},
+			buf(o.buf), buf(tt(yt).buf), buf(wts), ys, g, gpu.Arg{Bytes: pack(T, H, K, b2u(w.Shared != nil))})
 	}
-	b.dispatch("moe_combine", [3]int{ceil(T*H, 256), 1, 1}, [3]int{256, 1, 1},
-		buf(o.buf), buf(tt(yt).buf), buf(wts), ys, g, gpu.Arg{Bytes: pack(T, H, K, b2u(w.Shared != nil))})
 	for _, t := range []engine.Tensor{logits, gt, ut, yt, sy, sg, su} {
 		if t != nil {
 			b.Release(t)

@@ -169,6 +169,20 @@ func (b *Backend) Copy(dst engine.Tensor, dstRow, dstCol int, src engine.Tensor,
 	b.copy2d(d.buf, d.cols, dstRow, dstCol, s.buf, s.cols, srcRow, srcCol, rows, cols)
 }
 
+// Deinterleave implements engine.Backend: one dispatch for what would be
+// 2n copy2d dispatches (one per head and half).
+func (b *Backend) Deinterleave(a, c, src engine.Tensor, chunk int) {
+	da, db, s := tt(a), tt(c), tt(src)
+	if chunk <= 0 || da.rows != s.rows || db.rows != s.rows || da.cols != db.cols || da.cols%chunk != 0 || s.cols != 2*da.cols || da == s || db == s || da == db {
+		panic(fmt.Sprintf("metal: deinterleave [%d, %d] in chunks of %d into [%d, %d] and [%d, %d]", s.rows, s.cols, chunk, da.rows, da.cols, db.rows, db.cols))
+	}
+	if s.rows == 0 || da.cols == 0 {
+		return
+	}
+	b.dispatch("deinterleave", [3]int{ceil(da.cols, 256), s.rows, 1}, [3]int{256, 1, 1}, buf(da.buf), buf(db.buf), buf(s.buf),
+		gpu.Arg{Bytes: pack(s.rows, da.cols, chunk)})
+}
+
 // Gather implements engine.Backend.
 func (b *Backend) Gather(dst, src engine.Tensor, rows []int) {
 	d, s := tt(dst), tt(src)

@@ -44,7 +44,7 @@ func DefaultPredictModel() PredictModel {
 // kernelClass groups kernels by how they use memory bandwidth.
 func kernelClass(kernel string) string {
 	switch {
-	case kernel == "matmul" || kernel == "matmul_gate_up" || kernel == "moe_matmul" || kernel == "moe_gate_up" || kernel == "embed":
+	case kernel == "matmul" || kernel == "matmul_gate_up" || kernel == "moe_matmul" || kernel == "moe_gate_up" || kernel == "moe_down_combine" || kernel == "embed":
 		return "matvec"
 	case strings.HasPrefix(kernel, "attention"):
 		return "attention"

@@ -107,6 +107,13 @@ func dispatchBytes(name string, g, t [3]int, args []gpu.Arg) int64 {
 	case "moe_gate_up": // y, x, gate table, up table, WeightParams, idx, (R, N, Kd, K, perRow)
 		r, n, kd := u32(arg(6), 0), u32(arg(6), 1), u32(arg(6), 2)
 		return 2*r*weightBytes(arg(4), n) + 4*r*(n+kd)
+	case "moe_down_combine": // dst, h, table, WeightParams, idx, wts, hs, SW, SS, SB, sWP, x, GW, GS, GB, gWP, (T, H, K, inter, shared, si)
+		t, h, k, inter, shared, si := u32(arg(16), 0), u32(arg(16), 1), u32(arg(16), 2), u32(arg(16), 3), u32(arg(16), 4), u32(arg(16), 5)
+		bytes := t*k*weightBytes(arg(3), h) + 4*t*(k*inter+h)
+		if shared != 0 {
+			bytes += weightBytes(arg(10), h) + weightBytes(arg(15), 1) + 4*t*(si+h)
+		}
+		return bytes
 	case "attention_paged_part": // part, q, k, v, ri, tab, (heads, kvh, hd, bs, scale, chunk, splits, row0)
 		kvh, hd := u32(arg(6), 1), u32(arg(6), 2)
 		return 8 * kvh * hd * rowPositions(arg(4), int(u32(arg(6), 7)), g[1])

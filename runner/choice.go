@@ -58,7 +58,7 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 	}
 	out := e.newOutput(p, i, emit)
 	if p.kind == job.KindChat && len(resumed) == 0 {
-		if err := emit(&job.Event{Choice: i, Role: openai.RoleAssistant}, nil); err != nil {
+		if err := emit(&job.Event{Choice: i, Role: openai.RoleAssistant, Unenforced: p.unenforced}, nil); err != nil {
 			return res, err
 		}
 	}
@@ -117,6 +117,7 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 			id = sr.token // a greedy step: the backend took the argmax
 		}
 		if con != nil {
+			con.left = p.maxTokens - len(gen)
 			id = con.prepare(logits)
 		}
 		if id < 0 {
@@ -311,6 +312,9 @@ func (o *output) push(text, reason string) error {
 			reason = "tool_calls"
 		}
 		ev.FinishReason = reason
+		if s, ok := o.stop.Matched(); ok && reason == "stop" {
+			ev.StopSequence = s
+		}
 	}
 	if o.silent {
 		return nil

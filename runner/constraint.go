@@ -28,6 +28,11 @@ type constraint struct {
 	buf  []byte // bytes of the current choice so far
 	mask []bool
 	done bool // EOS accepted
+	// left is how many more tokens the generation may produce (max_tokens
+	// less those generated), 0 when unknown. With it a grammar segment
+	// closes its document in time (grammar.Matcher.MaskBudget), leaving
+	// room for the forced tokens of the segments after it.
+	left int
 }
 
 type segKind int
@@ -46,6 +51,7 @@ type segment struct {
 	g       *grammar.Grammar // segGrammar
 	maxToks int              // segText: most tokens before the text is ended
 	alts    []string         // segChoice
+	eosOK   bool             // segChoice: the sequence may end instead
 	then    func(alt string) []segment
 }
 
@@ -91,7 +97,11 @@ func (c *constraint) prepare(logits []float32) int {
 	case segEOS:
 		return c.v.eos[0]
 	case segGrammar:
-		c.m.Mask(c.v.g, c.mask)
+		if c.left > 0 {
+			c.m.MaskBudget(c.v.g, c.mask, c.left-c.reserved())
+		} else {
+			c.m.Mask(c.v.g, c.mask)
+		}
 	case segText:
 		if c.pos >= sg.maxToks {
 			c.next()
@@ -121,8 +131,50 @@ func (c *constraint) prepare(logits []float32) int {
 	return -1
 }
 
+// shortest bounds the tokens of the shortest way through choice sg and
+// the segments it leads to (a byte is at most a token).
+func (c *constraint) shortest(sg *segment) int {
+	best := math.MaxInt
+	for _, a := range sg.alts {
+		n := len(a)
+		if sg.then != nil {
+			for _, s := range sg.then(a) {
+				switch s.kind {
+				case segLiteral:
+					n += len(s.lit)
+				case segGrammar:
+					n += s.g.NewMatcher().MinCloseBytes()
+				}
+			}
+		}
+		best = min(best, n)
+	}
+	return best
+}
+
+// reserved counts the forced literal tokens after the current segment up
+// to the next free one: they must fit in the budget too.
+func (c *constraint) reserved() int {
+	n := 0
+	for _, sg := range c.segs[c.i+1:] {
+		if sg.kind != segLiteral {
+			break
+		}
+		n += len(sg.lit)
+	}
+	return n
+}
+
 func (c *constraint) choiceMask(sg *segment) {
 	clear(c.mask)
+	if sg.eosOK && len(c.buf) == 0 {
+		for _, id := range c.v.eos {
+			c.mask[id] = true
+		}
+		if c.left > 0 && c.left < c.shortest(sg) {
+			return // no room for another complete call: end here
+		}
+	}
 	for id, tb := range c.v.bytes {
 		if len(tb) == 0 {
 			continue
@@ -179,6 +231,10 @@ func (c *constraint) accept(id int) int {
 		c.pos++
 		return id
 	case segChoice:
+		if sg.eosOK && len(c.buf) == 0 && c.isEOS(id) {
+			c.done = true
+			return id
+		}
 		c.buf = append(c.buf, c.v.bytes[id]...)
 		for _, a := range sg.alts {
 			if string(c.buf) != a {

@@ -32,6 +32,7 @@ type plan struct {
 	parseTools bool
 	parallel   bool
 	segments   func() []segment // nil: unconstrained
+	unenforced []string         // what schemas could not enforce or only approximate (job.Event.Unenforced)
 	resume     [][]int          // per choice: tokens generated elsewhere (failover)
 }
 
@@ -53,13 +54,12 @@ func (e *Runner) plan(j *job.Job) (*plan, *openai.Error) {
 			return nil, openai.InvalidRequest("messages", "model %s has no chat template; use /v1/completions", e.cfg.ModelName)
 		}
 		promptPm = "messages"
-		body, err := json.Marshal(r)
-		if err != nil {
-			return nil, openai.InvalidRequest("messages", "encode request: %v", err)
+		if r.Truncation == "auto" {
+			r = e.truncate(r)
 		}
-		text, err := e.tmpl.RenderRequest(body)
-		if err != nil {
-			return nil, openai.InvalidRequest("messages", "chat template: %v", err)
+		text, oe := e.render(r)
+		if oe != nil {
+			return nil, oe
 		}
 		p.prompt = e.tok.Encode(text)
 		p.reasoning = e.thinking
@@ -213,6 +213,22 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 	if r.ToolChoice != nil {
 		mode = r.ToolChoice.Mode
 	}
+	// Tool parameter schemas go through the compiler response_format uses:
+	// a malformed schema is a 400, as is one a strict tool cannot enforce.
+	toolGrammars := map[string]*grammar.Grammar{}
+	for i, t := range r.Tools {
+		strict := t.Function.Strict != nil && *t.Function.Strict
+		g, err := grammar.CompileOptions(argsSchema(t.Function.Parameters), grammar.Options{Lenient: !strict})
+		if g != nil {
+			for _, u := range append(g.Unenforced(), g.Approximated()...) {
+				p.unenforced = append(p.unenforced, fmt.Sprintf("tools[%d].function.parameters: %s", i, u))
+			}
+		}
+		if err != nil {
+			return openai.InvalidRequest(fmt.Sprintf("tools[%d].function.parameters", i), "tool %q: %v", t.Function.Name, err)
+		}
+		toolGrammars[t.Function.Name] = g
+	}
 	if len(r.Tools) > 0 && mode != openai.ToolChoiceNone {
 		p.parseTools = true
 		for _, t := range r.Tools {
@@ -243,14 +259,10 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 		} else {
 			args := map[string]*grammar.Grammar{}
 			for _, n := range names {
-				g, err := grammar.Compile(argsSchema(params[n]))
-				if err != nil {
-					// A schema the grammar cannot enforce: any object.
-					g = grammar.JSONObject()
-				}
-				args[n] = g
+				args[n] = toolGrammars[n]
 			}
-			p.segments = func() []segment { return e.jsonCallSegments(prefix, names, args) }
+			parallel := p.parallel
+			p.segments = func() []segment { return e.jsonCallSegments(prefix, names, args, parallel) }
 		}
 		return nil
 	}
@@ -268,6 +280,9 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 			return openai.InvalidRequest(param, "%v", err)
 		}
 		if g != nil {
+			for _, u := range append(g.Unenforced(), g.Approximated()...) {
+				p.unenforced = append(p.unenforced, "response_format: "+u)
+			}
 			p.segments = func() []segment {
 				var s []segment
 				for _, x := range prefix {
@@ -280,11 +295,15 @@ func (e *Runner) planOutput(p *plan, r *openai.ChatCompletionRequest) *openai.Er
 	return nil
 }
 
+// maxParallelCalls caps the forced calls of one reply.
+const maxParallelCalls = 8
+
 // jsonCallSegments forces one Qwen2.5/3 call, in the layout the templates
 // show: <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>, the
 // name a literal (or a choice among names), ARGS following the tool's
-// parameter schema.
-func (e *Runner) jsonCallSegments(prefix, names []string, args map[string]*grammar.Grammar) []segment {
+// parameter schema. With parallel, more calls may follow (each on a new
+// line, as the templates join them) until the model ends the reply.
+func (e *Runner) jsonCallSegments(prefix, names []string, args map[string]*grammar.Grammar, parallel bool) []segment {
 	var s []segment
 	for _, x := range prefix {
 		s = append(s, e.literal(x))
@@ -305,7 +324,26 @@ func (e *Runner) jsonCallSegments(prefix, names []string, args map[string]*gramm
 		}
 		s = append(s, segment{kind: segChoice, alts: alts, then: func(a string) []segment { return body(byAlt[a]) }})
 	}
-	return append(s, segment{kind: segEOS})
+	if !parallel {
+		return append(s, segment{kind: segEOS})
+	}
+	// After each call: the end of the reply, or another call.
+	var more func(k int) segment
+	more = func(k int) segment {
+		if k >= maxParallelCalls {
+			return segment{kind: segEOS}
+		}
+		alts := make([]string, len(names))
+		byAlt := map[string]string{}
+		for i, n := range names {
+			alts[i] = "\n<tool_call>\n{\"name\": \"" + jsonString(n)
+			byAlt[alts[i]] = n
+		}
+		return segment{kind: segChoice, alts: alts, eosOK: true, then: func(a string) []segment {
+			return append(body(byAlt[a]), more(k+1))
+		}}
+	}
+	return append(s, more(1))
 }
 
 // jsonString is s as the inside of a JSON string literal.
@@ -346,4 +384,81 @@ func (e *Runner) xmlCallSegments(prefix, names []string, params map[string]json.
 		s = append(s, segment{kind: segChoice, alts: names, then: body})
 	}
 	return append(s, e.literal("</function>\n</tool_call>"), segment{kind: segEOS})
+}
+
+// withThinking maps reasoning_effort onto Qwen's thinking switch: none and
+// minimal turn it off, low to high on (Qwen has no finer setting). An
+// explicit chat_template_kwargs.enable_thinking wins.
+func withThinking(r *openai.ChatCompletionRequest) *openai.ChatCompletionRequest {
+	var on bool
+	switch r.ReasoningEffort {
+	case "none", "minimal":
+	case "low", "medium", "high":
+		on = true
+	default:
+		return r
+	}
+	if _, set := r.ChatTemplateKwargs["enable_thinking"]; set {
+		return r
+	}
+	c := *r
+	c.ChatTemplateKwargs = make(map[string]json.RawMessage, len(r.ChatTemplateKwargs)+1)
+	for k, v := range r.ChatTemplateKwargs {
+		c.ChatTemplateKwargs[k] = v
+	}
+	c.ChatTemplateKwargs["enable_thinking"] = json.RawMessage(strconv.FormatBool(on))
+	return &c
+}
+
+// render renders a chat request with the chat template.
+func (e *Runner) render(r *openai.ChatCompletionRequest) (string, *openai.Error) {
+	body, err := json.Marshal(withThinking(r))
+	if err != nil {
+		return "", openai.InvalidRequest("messages", "encode request: %v", err)
+	}
+	text, err := e.tmpl.RenderRequest(body)
+	if err != nil {
+		return "", openai.InvalidRequest("messages", "chat template: %v", err)
+	}
+	return text, nil
+}
+
+// truncate implements truncation "auto": while the rendered prompt and the
+// requested completion (at least one token) do not fit the context, it
+// drops the oldest turn after the leading system messages — a user message
+// with the assistant messages and tool results that follow it up to the
+// next user message — so the conversation stays well formed and still
+// starts with a user turn. The last turn is never dropped; what still does
+// not fit is refused by plan as without truncation. The request is copied,
+// never modified.
+func (e *Runner) truncate(r *openai.ChatCompletionRequest) *openai.ChatCompletionRequest {
+	need := max(r.MaxNewTokens(), 1)
+	fits := func(c *openai.ChatCompletionRequest) bool {
+		text, oe := e.render(c)
+		return oe != nil || len(e.tok.Encode(text))+need <= e.maxCtx
+	}
+	if fits(r) {
+		return r
+	}
+	c := *r
+	msgs := append([]openai.ChatMessage(nil), r.Messages...)
+	first := 0
+	for first < len(msgs) && (msgs[first].Role == "system" || msgs[first].Role == "developer") {
+		first++
+	}
+	for {
+		end := first + 1
+		for end < len(msgs) && msgs[end].Role != "user" {
+			end++
+		}
+		if end >= len(msgs) {
+			break // the last turn stays
+		}
+		msgs = append(msgs[:first], msgs[end:]...)
+		c.Messages = msgs
+		if fits(&c) {
+			break
+		}
+	}
+	return &c
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"runtime"
 	"slices"
@@ -156,6 +157,20 @@ func TestStopStringAcrossTokens(t *testing.T) {
 	if strings.Contains(r.text, stopStr) || r.finish != "stop" {
 		t.Errorf("stop string emitted or finish %q", r.finish)
 	}
+	var matched []string
+	for _, ev := range mustRun(t, e, base([]string{"never-in-this-text", stopStr})).events {
+		if ev.StopSequence != "" {
+			matched = append(matched, ev.StopSequence)
+		}
+	}
+	if len(matched) != 1 || matched[0] != stopStr {
+		t.Errorf("stop sequences reported %q, want [%q] on the last event", matched, stopStr)
+	}
+	for _, ev := range mustRun(t, e, base(nil)).events {
+		if ev.StopSequence != "" {
+			t.Errorf("no stop string, yet stop sequence %q reported", ev.StopSequence)
+		}
+	}
 }
 
 func TestLogprobs(t *testing.T) {
@@ -236,7 +251,14 @@ func TestBadParams(t *testing.T) {
 	}{
 		{"logit_bias", chatJob("x", func(r *openai.ChatCompletionRequest) { r.LogitBias = map[string]float64{"999999": 1} })},
 		{"response_format.json_schema.schema", chatJob("x", func(r *openai.ChatCompletionRequest) {
-			r.ResponseFormat = &openai.ResponseFormat{Type: "json_schema", JSONSchema: &openai.JSONSchema{Name: "s", Schema: []byte(`{"type":"string","pattern":"a+"}`)}}
+			// strict: a lookahead cannot be enforced
+			r.ResponseFormat = &openai.ResponseFormat{Type: "json_schema", JSONSchema: &openai.JSONSchema{Name: "s", Strict: ptr(true), Schema: []byte(`{"type":"string","pattern":"a(?=b)"}`)}}
+		})},
+		{"response_format.json_schema.schema", chatJob("x", func(r *openai.ChatCompletionRequest) {
+			r.ResponseFormat = &openai.ResponseFormat{Type: "json_schema", JSONSchema: &openai.JSONSchema{Name: "s", Schema: []byte(`{"type":5}`)}}
+		})},
+		{"tools[0].function.parameters", chatJob("x", func(r *openai.ChatCompletionRequest) {
+			r.Tools = []openai.Tool{{Type: "function", Function: openai.FunctionDefinition{Name: "f", Parameters: []byte(`{"type":5}`)}}}
 		})},
 		{"echo", completionJob("x", func(r *openai.CompletionRequest) { r.Echo = true })},
 	} {
@@ -469,6 +491,19 @@ func TestReasoningPromptOpen(t *testing.T) {
 	if c.reasoning != "" || c.text == "" {
 		t.Errorf("enable_thinking false: reasoning %q content %q, want all content", c.reasoning, c.text)
 	}
+	// reasoning_effort maps onto the same switch.
+	for effort, thinks := range map[string]bool{"none": false, "minimal": false, "low": true, "high": true} {
+		r = mustRun(t, e, chatJob("Think about it", func(r *openai.ChatCompletionRequest) {
+			r.MaxTokens = ptr(8)
+			r.Temperature = ptr(0.0)
+			r.IgnoreEOS = true
+			r.ReasoningEffort = effort
+		}))
+		c = r.choices[0]
+		if got := c.reasoning != "" && c.text == ""; got != thinks {
+			t.Errorf("reasoning_effort %s: reasoning %q content %q, want thinking %v", effort, c.reasoning, c.text, thinks)
+		}
+	}
 }
 
 // TestResumeFromEventTokens resumes a seeded generation from the token ids
@@ -562,4 +597,46 @@ func resumeFromEventTokens(t *testing.T, e *Runner, j func() *job.Job) []string 
 		}
 	}
 	return texts
+}
+
+// TestTruncationAuto: with truncation "auto" a conversation too long for
+// the context loses its oldest turns after the system message (an
+// assistant tool call together with its results) until prompt and
+// completion fit; without it the request is refused.
+func TestTruncationAuto(t *testing.T) {
+	e := newEngine(t, "qwen3", func(c *Config) { c.MaxContext = 160 })
+	long := strings.Repeat("word ", 30)
+	conv := func(r *openai.ChatCompletionRequest) {
+		r.MaxTokens = ptr(8)
+		r.Temperature = ptr(0.0)
+		r.Messages = []openai.ChatMessage{{Role: "system", Content: openai.TextContent("Be brief.")}}
+		for i := 0; i < 4; i++ {
+			r.Messages = append(r.Messages,
+				openai.ChatMessage{Role: "user", Content: openai.TextContent(fmt.Sprintf("question %d: %s", i, long))},
+				openai.ChatMessage{Role: "assistant", ToolCalls: []openai.ToolCall{{ID: fmt.Sprintf("c%d", i), Type: "function", Function: openai.FunctionCall{Name: "f", Arguments: "{}"}}}},
+				openai.ChatMessage{Role: "tool", ToolCallID: fmt.Sprintf("c%d", i), Content: openai.TextContent("ok")})
+		}
+		r.Messages = append(r.Messages, openai.ChatMessage{Role: "user", Content: openai.TextContent("last question")})
+	}
+	_, err := run(t, e, chatJob("", conv))
+	var oe *openai.Error
+	if !errors.As(err, &oe) || oe.Status != 400 || !strings.Contains(oe.Message, "maximum context length") {
+		t.Fatalf("without truncation: error %v, want the context-length 400", err)
+	}
+	j := chatJob("", func(r *openai.ChatCompletionRequest) { conv(r); r.Truncation = "auto" })
+	before := len(j.Chat.Messages)
+	r := mustRun(t, e, j)
+	if r.usage.PromptTokens+8 > 160 || r.usage.PromptTokens < 20 {
+		t.Errorf("truncated prompt has %d tokens, want it to fit 160 with 8 to spare", r.usage.PromptTokens)
+	}
+	if len(j.Chat.Messages) != before {
+		t.Errorf("the request's messages changed: %d, want %d (truncate copies)", len(j.Chat.Messages), before)
+	}
+	kept := e.truncate(j.Chat).Messages
+	if kept[0].Role != "system" || kept[len(kept)-1].Content.String() != "last question" || kept[1].Role != "user" {
+		t.Errorf("kept messages %+v: want the system message, whole turns, the last question", kept)
+	}
+	if len(kept) >= before {
+		t.Errorf("kept %d of %d messages", len(kept), before)
+	}
 }

@@ -3,10 +3,12 @@ package runner
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
 var testSchemas = []string{
@@ -83,7 +85,7 @@ func validate(schema map[string]any, v any, path string) error {
 		}
 	case "integer":
 		f, ok := v.(float64)
-		if !ok || f != float64(int64(f)) {
+		if !ok || f != math.Trunc(f) {
 			return fmt.Errorf("%s: %v is not an integer", path, v)
 		}
 	case "number":
@@ -167,5 +169,72 @@ func TestJSONObject(t *testing.T) {
 	}
 	if ok == 0 {
 		t.Error("no json_object output completed")
+	}
+}
+
+// TestJSONSchemaNeverTruncated: with a max_tokens that leaves room for the
+// shortest document, a rambling sample still ends in a complete, valid
+// document; finish_reason says length when the budget forced the close.
+func TestJSONSchemaNeverTruncated(t *testing.T) {
+	e := newEngine(t, "qwen3", nil)
+	schema := `{"type":"object","properties":{"name":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}}},"required":["name","tags"],"additionalProperties":false}`
+	var sm map[string]any
+	if err := json.Unmarshal([]byte(schema), &sm); err != nil {
+		t.Fatal(err)
+	}
+	// {"name":"","tags":[]} is 21 bytes; every byte is a token.
+	lengths := 0
+	for _, maxTok := range []int{21, 24, 32, 48} {
+		for seed := int64(1); seed <= 3; seed++ {
+			r := mustRun(t, e, chatJob("Give me JSON", func(r *openai.ChatCompletionRequest) {
+				r.MaxTokens = ptr(maxTok)
+				r.Temperature = ptr(1.5)
+				r.Seed = ptr(seed)
+				r.ResponseFormat = &openai.ResponseFormat{Type: "json_schema", JSONSchema: &openai.JSONSchema{Name: "s", Schema: json.RawMessage(schema), Strict: ptr(true)}}
+			}))
+			c := r.choices[0]
+			if c.finish == "length" {
+				lengths++
+			}
+			if r.usage.CompletionTokens > maxTok {
+				t.Errorf("max_tokens %d seed %d: %d tokens", maxTok, seed, r.usage.CompletionTokens)
+			}
+			var v any
+			if err := json.Unmarshal([]byte(c.text), &v); err != nil {
+				t.Errorf("max_tokens %d seed %d (finish %s): output does not parse: %v\n%s", maxTok, seed, c.finish, err, c.text)
+				continue
+			}
+			if err := validate(sm, v, "$"); err != nil {
+				t.Errorf("max_tokens %d seed %d: %v\n%s", maxTok, seed, err, c.text)
+			}
+		}
+	}
+	if lengths == 0 {
+		t.Error("no generation reached max_tokens: the test does not exercise the budget")
+	}
+}
+
+// TestUnenforcedReported: a non-strict schema with a keyword the
+// constraint cannot enforce is served, and the choice's first event names
+// what was not enforced; strict, the same schema is a 400.
+func TestUnenforcedReported(t *testing.T) {
+	e := newEngine(t, "qwen3", nil)
+	schema := []byte(`{"type":"object","properties":{"a":{"$ref":"https://example.com/remote.json"}},"required":["a"]}`)
+	req := func(strict bool) *job.Job {
+		return chatJob("give json", func(r *openai.ChatCompletionRequest) {
+			r.MaxTokens = ptr(24)
+			r.ResponseFormat = &openai.ResponseFormat{Type: "json_schema", JSONSchema: &openai.JSONSchema{Name: "s", Strict: ptr(strict), Schema: schema}}
+		})
+	}
+	r := mustRun(t, e, req(false))
+	var got []string
+	for _, ev := range r.events {
+		got = append(got, ev.Unenforced...)
+	}
+	if len(got) != 1 || !strings.Contains(got[0], "response_format: $ref") || !strings.Contains(got[0], "/properties/a") {
+		t.Errorf("unenforced %q, want the remote $ref at /properties/a", got)
+	}
+	if _, err := run(t, e, req(true)); err == nil {
+		t.Error("strict: the unenforceable schema was served")
 	}
 }

@@ -140,3 +140,53 @@ func quoteBias(e *Runner) map[string]float64 {
 	}
 	return m
 }
+
+// TestRequiredParallelToolCalls: tool_choice required with
+// parallel_tool_calls lets the model make several calls (each one a valid
+// call of a listed tool, the last closed in time by max_tokens); without
+// it, exactly one.
+func TestRequiredParallelToolCalls(t *testing.T) {
+	e := newEngine(t, "qwen3", nil)
+	most := 0
+	for _, parallel := range []bool{true, false} {
+		for seed := int64(1); seed <= 6; seed++ {
+			r := mustRun(t, e, chatJob("Weather in Paris and Rome, and an alarm", func(r *openai.ChatCompletionRequest) {
+				r.Tools = testTools
+				r.ToolChoice = &openai.ToolChoice{Mode: openai.ToolChoiceRequired}
+				r.ParallelToolCalls = ptr(parallel)
+				r.MaxTokens = ptr(400)
+				r.Seed = ptr(seed)
+				r.LogitBias = quoteBias(e)
+				if seed%2 == 0 {
+					// Discourage ending: the reply should go on with more calls.
+					for _, id := range e.eos {
+						r.LogitBias[strconv.Itoa(id)] = -100
+					}
+				}
+			}))
+			c := r.choices[0]
+			if len(c.calls) == 0 {
+				t.Errorf("parallel %v seed %d: no tool call (%q)", parallel, seed, short(c.text))
+				continue
+			}
+			if !parallel && len(c.calls) != 1 {
+				t.Errorf("parallel false seed %d: %d calls, want 1", seed, len(c.calls))
+			}
+			if parallel {
+				most = max(most, len(c.calls))
+			}
+			for _, call := range c.calls {
+				var args map[string]any
+				if err := json.Unmarshal([]byte(call.Function.Arguments), &args); err != nil {
+					t.Errorf("parallel %v seed %d: %s arguments %q do not parse: %v", parallel, seed, call.Function.Name, call.Function.Arguments, err)
+				}
+				if call.Function.Name != "get_weather" && call.Function.Name != "set_alarm" {
+					t.Errorf("parallel %v seed %d: called %q", parallel, seed, call.Function.Name)
+				}
+			}
+		}
+	}
+	if most < 2 {
+		t.Errorf("with parallel_tool_calls no seed made more than %d call(s)", most)
+	}
+}

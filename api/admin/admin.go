@@ -88,3 +88,7 @@ type NodeDrainState struct {
 	Leaving bool   `json:"leaving"` // gossips that it is draining / leaving
 	Running int    `json:"running"` // jobs running (gossiped, at most MetaInterval old)
 }
+
+// ErrResponseNotFound is returned by a Responses API state store for an id
+// it does not hold (never stored, deleted or expired).
+var ErrResponseNotFound = errors.New("response not found")

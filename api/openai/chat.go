@@ -51,6 +51,11 @@ type ChatCompletionRequest struct {
 	ChatTemplateKwargs   map[string]json.RawMessage `json:"chat_template_kwargs,omitempty"`  // values verbatim, e.g. {"enable_thinking":false}
 	AddGenerationPrompt  *bool                      `json:"add_generation_prompt,omitempty"` // default true
 	ContinueFinalMessage bool                       `json:"continue_final_message,omitempty"`
+	// Truncation "auto" (macpool; the Responses API's truncation) drops the
+	// oldest messages after the system ones, as few as needed, when the
+	// prompt and its completion do not fit the model's context; "" or
+	// "disabled" refuses such a request with a 400.
+	Truncation string `json:"truncation,omitempty"`
 }
 
 // MaxNewTokens is the completion-token limit the client asked for

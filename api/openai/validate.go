@@ -92,6 +92,11 @@ func locateMessageError(data []byte, e *Error) *Error {
 // Validate checks a chat request. It does not know which models exist: an
 // unknown model is the service's 404.
 func (r *ChatCompletionRequest) Validate() *Error {
+	switch r.Truncation {
+	case "", "auto", "disabled":
+	default:
+		return InvalidRequest("truncation", `truncation must be "auto" or "disabled", got %q`, r.Truncation)
+	}
 	if r.Model == "" {
 		return InvalidRequest("model", "model is required")
 	}

@@ -24,9 +24,10 @@ import (
 // The coordinator is what the HTTP layer is built on; it implements the
 // api interfaces without importing api.
 var (
-	_ api.Service    = (*coordinator.Coordinator)(nil)
-	_ api.KeyChecker = (*coordinator.Coordinator)(nil)
-	_ api.Admin      = (*coordinator.Coordinator)(nil)
+	_ api.Service       = (*coordinator.Coordinator)(nil)
+	_ api.KeyChecker    = (*coordinator.Coordinator)(nil)
+	_ api.Admin         = (*coordinator.Coordinator)(nil)
+	_ api.ResponseStore = (*coordinator.ResponseStore)(nil)
 )
 
 // One HTTP server serves everything on the coordinator's port, with

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -19,7 +18,6 @@ import (
 	"github.com/macpool/macpool/api"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/coordinator"
-	"github.com/macpool/macpool/dashboard"
 	"github.com/macpool/macpool/discovery"
 	"github.com/macpool/macpool/metrics"
 )
@@ -107,18 +105,4 @@ func observeCoordinator(c *coordinator.Coordinator, reg *metrics.Registry) (*met
 		reg.ObserveLeader(st.Leader)
 	})
 	return reg, reg.Instrument(c)
-}
-
-// mountObservability adds GET /metrics and the dashboard (at / and
-// /dashboard) to the coordinator's mux.
-func mountObservability(mux *http.ServeMux, reg *metrics.Registry) error {
-	d, err := dashboard.New(dashboard.DefaultConfig())
-	if err != nil {
-		return err
-	}
-	mux.Handle("GET "+metrics.Path, reg.Handler())
-	for _, p := range d.Patterns() {
-		mux.Handle(p, d)
-	}
-	return nil
 }

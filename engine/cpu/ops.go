@@ -170,6 +170,22 @@ func (b *Backend) Copy(dst engine.Tensor, dstRow, dstCol int, src engine.Tensor,
 	}
 }
 
+// Deinterleave splits src's rows [a_0 | b_0 | a_1 | b_1 | ...] into a and b.
+func (b *Backend) Deinterleave(a, c, src engine.Tensor, chunk int) {
+	da, db, s := tt(a), tt(c), tt(src)
+	if chunk <= 0 || da.rows != s.rows || db.rows != s.rows || da.cols != db.cols || da.cols%chunk != 0 || s.cols != 2*da.cols || da == s || db == s || da == db {
+		panic(fmt.Sprintf("cpu: deinterleave [%d, %d] in chunks of %d into [%d, %d] and [%d, %d]", s.rows, s.cols, chunk, da.rows, da.cols, db.rows, db.cols))
+	}
+	n := da.cols / chunk
+	for r := 0; r < s.rows; r++ {
+		sr, ar, br := s.row(r), da.row(r), db.row(r)
+		for h := 0; h < n; h++ {
+			copy(ar[h*chunk:][:chunk], sr[2*h*chunk:][:chunk])
+			copy(br[h*chunk:][:chunk], sr[(2*h+1)*chunk:][:chunk])
+		}
+	}
+}
+
 // Gather sets dst row i to src row rows[i].
 func (b *Backend) Gather(dst, src engine.Tensor, rows []int) {
 	d, s := tt(dst), tt(src)

@@ -446,7 +446,7 @@ func (m *Hybrid) newAttnScratch(newT func(int, int) engine.Tensor, T int) *attnS
 // attention is the full-attention token mixer: y = o_proj(attn(h) [* sigmoid(gate)]).
 func (m *Hybrid) attention(s *attnScratch, l *HybridAttention, li int, h, y engine.Tensor, bt *engine.Batch) error {
 	be := m.be
-	T, hd := len(bt.Tokens), m.HeadDim
+	hd := m.HeadDim
 	s.seqs = s.seqs[:0]
 	for i, sq := range bt.Seqs {
 		kv, ok := sq.Layers[li].(engine.KV)
@@ -458,10 +458,7 @@ func (m *Hybrid) attention(s *attnScratch, l *HybridAttention, li int, h, y engi
 	if m.GatedAttention {
 		// q_proj rows are [q_0 | gate_0 | q_1 | gate_1 | ...], head_dim each.
 		be.MatMul(s.qg, h, l.Q, nil)
-		for hh := 0; hh < m.Heads; hh++ {
-			be.Copy(s.q, 0, hh*hd, s.qg, 0, 2*hh*hd, T, hd)
-			be.Copy(s.gate, 0, hh*hd, s.qg, 0, (2*hh+1)*hd, T, hd)
-		}
+		be.Deinterleave(s.q, s.gate, s.qg, hd)
 	} else {
 		be.MatMul(s.q, h, l.Q, nil)
 	}

@@ -298,6 +298,26 @@ kernel void copy2d(device float *dst [[buffer(0)]],
 	    src[ulong(p.src_row + gid.y) * p.src_stride + p.src_col + gid.x];
 }
 
+// deinterleave: src row r is [a_0 | b_0 | a_1 | b_1 | ...], chunk values
+// per piece; a and b rows (cols values) get the a and b pieces in order.
+// grid (ceil(cols/256), rows), 256 threads.
+struct DeinterleaveParams {
+	uint rows, cols, chunk;
+};
+
+kernel void deinterleave(device float *a [[buffer(0)]],
+                         device float *b [[buffer(1)]],
+                         device const float *src [[buffer(2)]],
+                         constant DeinterleaveParams &p [[buffer(3)]],
+                         uint2 gid [[thread_position_in_grid]]) {
+	if (gid.x >= p.cols || gid.y >= p.rows) return;
+	uint h = gid.x / p.chunk, i = gid.x - h * p.chunk;
+	ulong s = ulong(gid.y) * (2 * p.cols) + 2 * h * p.chunk + i;
+	ulong d = ulong(gid.y) * p.cols + gid.x;
+	a[d] = src[s];
+	b[d] = src[s + p.chunk];
+}
+
 // gather: dst row i = src row rows[i]; grid (ceil(cols/256), n), 256 threads.
 kernel void gather(device float *dst [[buffer(0)]],
                    device const float *src [[buffer(1)]],

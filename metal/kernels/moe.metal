@@ -172,3 +172,74 @@ kernel void moe_combine(device float *dst [[buffer(0)]],
 	if (p.has_shared != 0) acc += ys[gid] / (1.0f + exp(-g[t]));
 	dst[gid] = acc;
 }
+
+struct DownCombineParams {
+	uint T, H, K;
+	uint inter;      // inputs of a routed expert's down projection
+	uint has_shared;
+	uint si;         // inputs of the shared expert's down projection
+};
+
+// dot8 is one SIMD-group's dot product of x (Kd values) with row n of a
+// matrix, summed as matmul and moe_matmul sum it: lane-strided chunks of 8,
+// each chunk summed in order, then simd_sum.
+inline float dot8(device const uchar *W, device const uchar *S, device const uchar *B,
+                  constant WeightParams &wp, uint n, device const float *x, uint Kd, uint lane) {
+	float acc = 0.0f;
+	for (uint c = lane; c < Kd / 8; c += 32) {
+		float w[8];
+		load8(W, S, B, wp, n, c, w);
+		float s = 0.0f;
+		for (uint k = 0; k < 8; k++) s += w[k] * x[8 * c + k];
+		acc += s;
+	}
+	return simd_sum(acc);
+}
+
+// moe_down_combine: the gathered down projection, the shared expert's down
+// projection, its sigmoid gate and moe_combine in one dispatch:
+// dst[t, n] = sum_s wts[t,s] (h[t*K+s] · D_{idx[t*K+s]}[n])
+//             (+ (hs[t] · SD[n] + 0) / (1 + exp(-(x[t] · SG[0] + 0)))).
+// Every dot product is summed as moe_matmul (routed) and matmul (shared,
+// + 0.0f: its absent bias) sum it, and the combine is moe_combine's
+// expression in its order, so the result has the bits of the four separate
+// dispatches. The shared gate is recomputed by every SIMD-group of a token
+// (one row of H values; cheaper than a dispatch at decode). Grid
+// (ceil(H/MM_SG), T), 32*MM_SG threads; one SIMD-group per output.
+kernel void moe_down_combine(device float *dst [[buffer(0)]],
+                             device const float *h [[buffer(1)]],
+                             device const ExpertPtrs *table [[buffer(2)]],
+                             constant WeightParams &wp [[buffer(3)]],
+                             device const int *idx [[buffer(4)]],
+                             device const float *wts [[buffer(5)]],
+                             device const float *hs [[buffer(6)]],
+                             device const uchar *SW [[buffer(7)]],
+                             device const uchar *SS [[buffer(8)]],
+                             device const uchar *SB [[buffer(9)]],
+                             constant WeightParams &swp [[buffer(10)]],
+                             device const float *x [[buffer(11)]],
+                             device const uchar *GW [[buffer(12)]],
+                             device const uchar *GS [[buffer(13)]],
+                             device const uchar *GB [[buffer(14)]],
+                             constant WeightParams &gwp [[buffer(15)]],
+                             constant DownCombineParams &p [[buffer(16)]],
+                             uint2 tg [[threadgroup_position_in_grid]],
+                             uint sg [[simdgroup_index_in_threadgroup]],
+                             uint lane [[thread_index_in_simdgroup]]) {
+	uint n = tg.x * 4 + sg;
+	uint t = tg.y;
+	if (n >= p.H || t >= p.T) return; // the whole SIMD-group leaves together
+	float acc = 0.0f;
+	for (uint s = 0; s < p.K; s++) {
+		uint r = t * p.K + s;
+		ExpertPtrs e = table[idx[r]];
+		float y = dot8(DEVICE_PTR(e.w), DEVICE_PTR(e.s), DEVICE_PTR(e.b), wp, n, h + ulong(r) * p.inter, p.inter, lane);
+		acc += wts[r] * y;
+	}
+	if (p.has_shared != 0) {
+		float ys = dot8(SW, SS, SB, swp, n, hs + ulong(t) * p.si, p.si, lane) + 0.0f;
+		float g = dot8(GW, GS, GB, gwp, 0, x + ulong(t) * p.H, p.H, lane) + 0.0f;
+		acc += ys / (1.0f + exp(-g));
+	}
+	if (lane == 0) dst[ulong(t) * p.H + n] = acc;
+}
