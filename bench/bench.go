@@ -51,7 +51,7 @@ type Config struct {
 	CachedPrefix int    // with Concurrency: prompt tokens shared with a warm-up request
 	Seed         uint64
 	CPUProfile   string // write a CPU profile of the timed runs here
-	KVF16        bool   // with Concurrency: half-precision paged KV cache
+	KVF16        bool   // half-precision KV cache (the paged one with Concurrency, else the contiguous one)
 	LlamaBench   bool   // decode from an empty cache, as llama-bench's tg test
 	WriteGGUF    string // with Synthetic: write the model to this .gguf file and stop
 	WriteMLX     string // with Synthetic: write the model as an MLX folder and stop

@@ -17,37 +17,63 @@ import (
 	"github.com/macpool/macpool/engine/checkpoint"
 	"github.com/macpool/macpool/engine/gguf"
 	"github.com/macpool/macpool/engine/synth"
+	"github.com/macpool/macpool/engine/tensor"
 )
 
-// writeSyntheticGGUF writes every tensor of a dense synthetic model to path.
+// writeSyntheticGGUF writes every tensor of a dense or Qwen3-MoE synthetic
+// model to path (experts stacked into ffn_*_exps as llama.cpp stores them).
 func writeSyntheticGGUF(sm *synth.Model, path string, stderr io.Writer) error {
 	c := sm.Config()
 	gc := &gguf.Config{ModelType: c.ModelType, HiddenSize: c.HiddenSize, IntermediateSize: c.IntermediateSize,
 		NumHiddenLayers: c.NumHiddenLayers, NumAttentionHeads: c.NumAttentionHeads, NumKeyValueHeads: c.NumKeyValueHeads,
 		HeadDim: c.HeadDim, VocabSize: c.VocabSize, MaxPositionEmbeddings: c.MaxPositionEmbeddings,
 		RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta, BOSTokenID: c.BOSTokenID, EOSTokenIDs: c.EOSTokenIDs,
-		NumExperts: c.NumExperts}
-	if c.PartialRotaryFactor != 1 || c.IsMoELayer(0) {
-		return fmt.Errorf("write gguf: %s is not a dense full-rotary model", c.ModelType)
+		NumExperts: c.NumExperts, NumExpertsPerTok: c.NumExpertsPerTok, MoEIntermediateSize: c.MoEIntermediateSize,
+		NormTopKProb: c.NormTopKProb}
+	linear := false
+	for i := range c.NumHiddenLayers {
+		linear = linear || c.IsLinearAttention(i)
 	}
-	meta, err := gguf.DenseMeta(gc)
+	if c.PartialRotaryFactor != 1 || linear || c.SharedExpertIntermediateSize > 0 {
+		return fmt.Errorf("write gguf: %s is not a dense or Qwen3-MoE full-rotary model", c.ModelType)
+	}
+	meta, err := gguf.ModelMeta(gc)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
 	var ts []gguf.WriteTensor
 	var size int64
+	stacks := map[string][]*tensor.Host{} // stacked GGUF name → experts in order
+	var order []string
 	for _, name := range sm.Names() {
-		g, ok := gguf.GGUFName(name)
-		if !ok {
-			return fmt.Errorf("write gguf: tensor %s has no GGUF name", name)
-		}
 		h, err := sm.Tensor(name)
 		if err != nil {
 			return err
 		}
-		ts = append(ts, gguf.WriteTensor{Name: g, Host: h})
 		size += int64(len(h.Data))
+		if g, e, ok := gguf.ExpertGGUFName(name); ok {
+			if _, seen := stacks[g]; !seen {
+				order = append(order, g)
+			}
+			for len(stacks[g]) <= e {
+				stacks[g] = append(stacks[g], nil)
+			}
+			stacks[g][e] = h
+			continue
+		}
+		g, ok := gguf.GGUFName(name)
+		if !ok {
+			return fmt.Errorf("write gguf: tensor %s has no GGUF name", name)
+		}
+		ts = append(ts, gguf.WriteTensor{Name: g, Host: h})
+	}
+	for _, g := range order {
+		h, err := gguf.StackExperts(g, stacks[g])
+		if err != nil {
+			return fmt.Errorf("write gguf: %w", err)
+		}
+		ts = append(ts, gguf.WriteTensor{Name: g, Host: h})
 	}
 	if err := gguf.Write(path, meta, ts); err != nil {
 		return err

@@ -2,30 +2,38 @@ package cpu
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/cpu/kernels"
+	"github.com/macpool/macpool/engine/tensor"
 )
 
-// kvCache is one layer's K and V for one sequence, float32, stored
-// dimension-major: value x of head h at position p is k[(h*headDim+x)*cap+p].
-// Attention then works on long vectors over positions (an axpy per
-// dimension for the scores, a dot per dimension for the output) instead of
-// one short call per position. It grows by doubling (re-laying out rows);
-// a paged backend would keep a block table instead.
+// kvCache is one layer's K and V for one sequence, float32. K is
+// dimension-major: value x of head h at position p is k[(h*headDim+x)*cap+p],
+// so the scores are long axpys over positions. V is position-major per
+// head: v[(h*cap+p)*headDim+x], so a decode step's output reads each head's
+// values as one contiguous run (a dimension-major V is 128 short runs a page
+// apart, a TLB miss and a prefetcher restart each) and StoreKV writes V
+// contiguously. It grows by doubling (re-laying out rows); stores of 4 MiB
+// or more go on transparent huge pages (adviseHuge). With Config.KVF16 the
+// same layout holds IEEE halves in k16/v16 instead (k and v nil): half the
+// bytes a decode step reads, the way llama.cpp keeps its cache by default.
 type kvCache struct {
 	heads, headDim, dim int
 	cap                 int // positions allocated per row
 	k, v                []float32
+	k16, v16            []uint16
+	f16                 bool
 	n                   int
 }
 
-// NewKV allocates an empty cache.
+// NewKV allocates an empty cache (float32, or f16 with Config.KVF16).
 func (b *Backend) NewKV(kvHeads, headDim int) (engine.KV, error) {
 	if kvHeads <= 0 || headDim <= 0 {
 		return nil, fmt.Errorf("cpu: kv cache with %d heads of %d", kvHeads, headDim)
 	}
-	return &kvCache{heads: kvHeads, headDim: headDim, dim: kvHeads * headDim}, nil
+	return &kvCache{heads: kvHeads, headDim: headDim, dim: kvHeads * headDim, f16: b.kvF16}, nil
 }
 
 func (c *kvCache) Len() int { return c.n }
@@ -38,25 +46,34 @@ func (c *kvCache) Truncate(n int) error {
 	return nil
 }
 
-func (c *kvCache) Free() { c.k, c.v, c.n, c.cap = nil, nil, 0, 0 }
-
-// row returns dimension r (head*headDim + x) of K and V over positions [0, n).
-func (c *kvCache) row(r, n int) (k, v []float32) {
-	o := r * c.cap
-	return c.k[o : o+n : o+n], c.v[o : o+n : o+n]
-}
+func (c *kvCache) Free() { c.k, c.v, c.k16, c.v16, c.n, c.cap = nil, nil, nil, nil, 0, 0 }
 
 func (c *kvCache) reserve(n int) {
 	if n <= c.cap {
 		return
 	}
 	nc := max(n, 2*c.cap, 64)
-	k, v := make([]float32, c.dim*nc), make([]float32, c.dim*nc)
-	for r := 0; r < c.dim; r++ {
-		copy(k[r*nc:r*nc+c.n], c.k[r*c.cap:r*c.cap+c.n])
-		copy(v[r*nc:r*nc+c.n], c.v[r*c.cap:r*c.cap+c.n])
+	if c.f16 {
+		c.k16, c.v16 = regrow(c.k16, c.v16, c.dim, c.heads, c.headDim, c.cap, nc, c.n, 2)
+	} else {
+		c.k, c.v = regrow(c.k, c.v, c.dim, c.heads, c.headDim, c.cap, nc, c.n, 4)
 	}
-	c.k, c.v, c.cap = k, v, nc
+	c.cap = nc
+}
+
+// regrow copies the first n positions of a cache laid out for capacity oc
+// into new stores for capacity nc (size: bytes per value).
+func regrow[T float32 | uint16](ok, ov []T, dim, heads, hd, oc, nc, n, size int) (k, v []T) {
+	k, v = make([]T, dim*nc), make([]T, dim*nc)
+	adviseHuge(unsafe.Pointer(&k[0]), size*len(k))
+	adviseHuge(unsafe.Pointer(&v[0]), size*len(v))
+	for r := 0; r < dim; r++ {
+		copy(k[r*nc:r*nc+n], ok[r*oc:r*oc+n])
+	}
+	for h := 0; h < heads; h++ {
+		copy(v[h*nc*hd:(h*nc+n)*hd], ov[h*oc*hd:(h*oc+n)*hd])
+	}
+	return k, v
 }
 
 // StoreKV writes the new K and V rows of every sequence into its cache.
@@ -74,26 +91,67 @@ func (b *Backend) StoreKV(k, v engine.Tensor, seqs []engine.AttnSeq) {
 				s.Row, s.N, kt.rows, kt.cols, s.Pos, c.heads, c.headDim, c.n))
 		}
 		c.reserve(s.Pos + s.N)
-		// Transpose in blocks of 16 positions: each cache row gets one
-		// cache line of writes while the 16 source rows stay in cache.
-		// Cache rows are split between the threads: a decode step's 2·dim
-		// writes each miss the cache (and mostly the TLB), ~10% of a
-		// single-stream token when done on one thread.
+		// K: transpose in blocks of 16 positions, so each cache row gets
+		// one cache line of writes while the 16 source rows stay in cache.
+		// Cache rows are split between the threads: a decode step's dim
+		// K writes each miss the cache (and mostly the TLB). V rows are
+		// copied whole (position-major per head).
+		hd := c.headDim
+		if c.f16 {
+			b.parallel(c.dim, 64, func(lo, hi, _ int) { storeKVF16(c, kt, vt, s, lo, hi) })
+			c.n = s.Pos + s.N
+			continue
+		}
 		b.parallel(c.dim, 64, func(lo, hi, _ int) {
 			for i0 := 0; i0 < s.N; i0 += 16 {
 				i1 := min(s.N, i0+16)
 				for r := lo; r < hi; r++ {
 					dk := c.k[r*c.cap+s.Pos+i0 : r*c.cap+s.Pos+i1]
-					dv := c.v[r*c.cap+s.Pos+i0 : r*c.cap+s.Pos+i1]
 					for i := range dk {
-						o := (s.Row+i0+i)*c.dim + r
-						dk[i] = kt.data[o]
-						dv[i] = vt.data[o]
+						dk[i] = kt.data[(s.Row+i0+i)*c.dim+r]
 					}
+				}
+			}
+			for i := 0; i < s.N; i++ {
+				for r := lo; r < hi; {
+					h, x := r/hd, r%hd
+					e := min(hi-r, hd-x)
+					copy(c.v[(h*c.cap+s.Pos+i)*hd+x:][:e], vt.data[(s.Row+i)*c.dim+r:][:e])
+					r += e
 				}
 			}
 		})
 		c.n = s.Pos + s.N
+	}
+}
+
+// storeKVF16 is StoreKV's work on cache rows [lo, hi) of an f16 cache,
+// rounding as kernels.F32ToF16 (to nearest even, tensor.F32ToF16).
+func storeKVF16(c *kvCache, kt, vt *Tensor, s engine.AttnSeq, lo, hi int) {
+	hd := c.headDim
+	if s.N == 1 { // a decode step: one scattered half per cache row, stored in place
+		for r := lo; r < hi; r++ {
+			c.k16[r*c.cap+s.Pos] = tensor.F32ToF16(kt.data[s.Row*c.dim+r])
+		}
+	}
+	var wide [16]float32
+	for i0 := 0; i0 < s.N && s.N > 1; i0 += 16 {
+		i1 := min(s.N, i0+16)
+		for r := lo; r < hi; r++ {
+			w := wide[:i1-i0]
+			for i := range w {
+				w[i] = kt.data[(s.Row+i0+i)*c.dim+r]
+			}
+			kernels.F32ToF16(c.k16[r*c.cap+s.Pos+i0:][:len(w)], w)
+		}
+	}
+	for i := 0; i < s.N; i++ {
+		for r := lo; r < hi; {
+			h, x := r/hd, r%hd
+			e := min(hi-r, hd-x)
+			kernels.F32ToF16(c.v16[(h*c.cap+s.Pos+i)*hd+x:][:e], vt.data[(s.Row+i)*c.dim+r:][:e])
+			r += e
+		}
 	}
 }
 
@@ -120,29 +178,68 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 	// once per group and reused from L1 for the other heads.
 	type task struct{ seq, kvHead, r0, r1 int }
 	var tasks []task
-	maxLen := 0
+	maxLen, f16 := 0, false
 	for si, s := range seqs {
 		c := s.KV.(*kvCache)
+		f16 = f16 || c.f16
 		if c.heads != p.KVHeads || c.headDim != hd || c.n < s.Pos+s.N || s.Row+s.N > qt.rows {
 			panic(fmt.Sprintf("cpu: attention rows [%d,+%d) at position %d over cache %d×%d holding %d", s.Row, s.N, s.Pos, c.heads, c.headDim, c.n))
 		}
 		maxLen = max(maxLen, s.Pos+s.N)
 		for h := 0; h < p.KVHeads; h++ {
+			if c.f16 && s.N > 1 { // one task per head: its K/V widened once (attentionF16)
+				tasks = append(tasks, task{si, h, 0, s.N})
+				continue
+			}
 			for r := 0; r < s.N; r += attnRows {
 				tasks = append(tasks, task{si, h, r, min(s.N, r+attnRows)})
 			}
 		}
 	}
 	b.parallel(len(tasks), 1, func(lo, hi, w int) {
-		// Each task is two GEMMs over the dimension-major cache
-		// (kernels.AttentionRows).
-		buf := b.scratchBuf(w, kernels.AttentionScratch(attnRows, group, hd, maxLen))
+		// Each task is two GEMMs over the cache (kernels.AttentionRows),
+		// or one decode row's axpy-sums.
+		n := kernels.AttentionScratch(attnRows, group, hd, maxLen)
+		if f16 {
+			n += 2 * hd * maxLen // the task's K and V widened to float32 for the GEMMs
+		}
+		buf := b.scratchBuf(w, n)
 		for _, t := range tasks[lo:hi] {
 			s := seqs[t.seq]
 			c := s.KV.(*kvCache)
 			h0, row := t.kvHead*group, s.Row+t.r0
+			if c.f16 {
+				attentionF16(c, d, qt, t.kvHead, group, hd, row, s.Pos+t.r0, t.r1-t.r0, p.Scale, buf)
+				continue
+			}
 			kernels.AttentionRows(d.data[row*d.cols+h0*hd:], d.cols, qt.data[row*qt.cols+h0*hd:], qt.cols,
-				t.r1-t.r0, group, hd, c.k[t.kvHead*hd*c.cap:], c.v[t.kvHead*hd*c.cap:], c.cap, s.Pos+t.r0, p.Scale, buf)
+				t.r1-t.r0, group, hd, c.k[t.kvHead*hd*c.cap:], c.cap, c.v[t.kvHead*c.cap*hd:], s.Pos+t.r0, p.Scale, buf)
 		}
 	})
+}
+
+// attentionF16 is one attention task over an f16 cache: a decode row reads
+// the halves in place (kernels.AttentionRowF16); prompt rows (all of one
+// head's, one task) widen the head's K and V up to their last position
+// into scratch once and run the float32 GEMMs (kernels.AttentionRows) on
+// blocks of attnRows rows. buf is the task's scratch (AttentionScratch for
+// attnRows rows + 2·hd·(pos+rows) floats).
+func attentionF16(c *kvCache, d, qt *Tensor, kvHead, group, hd, row, pos, rows int, scale float32, buf []float32) {
+	out, q := d.data[row*d.cols+kvHead*group*hd:], qt.data[row*qt.cols+kvHead*group*hd:]
+	n := pos + rows
+	kt := c.k16[kvHead*hd*c.cap:]
+	v := c.v16[kvHead*c.cap*hd:]
+	if rows == 1 {
+		kernels.AttentionRowF16(out, q, group, hd, kt, c.cap, v, pos, scale, buf)
+		return
+	}
+	wk, wv := buf[:hd*n], buf[hd*n:2*hd*n]
+	for x := range hd {
+		kernels.F16ToF32(wk[x*n:(x+1)*n], kt[x*c.cap:x*c.cap+n])
+	}
+	kernels.F16ToF32(wv, v[:n*hd])
+	for r := 0; r < rows; r += attnRows {
+		rr := min(rows-r, attnRows)
+		kernels.AttentionRows(out[r*d.cols:], d.cols, q[r*qt.cols:], qt.cols, rr, group, hd, wk, n, wv, pos+r, scale, buf[2*hd*n:])
+	}
 }

@@ -57,9 +57,10 @@ type Config struct {
 	// (exact up to float32 rounding, slower). The default quantizes
 	// activations to int8 blocks as llama.cpp does.
 	ExactMatMul bool
-	// KVF16 stores the paged KV cache (NewKVBlocks) in IEEE half precision:
-	// half the memory and half the bytes attention reads.
-	// Attention then differs from the float32 cache by ~1e-3 relative.
+	// KVF16 stores the KV caches (paged NewKVBlocks and contiguous NewKV)
+	// in IEEE half precision: half the memory and half the bytes attention
+	// reads, as llama.cpp's default cache. Attention then differs from the
+	// float32 cache by ~1e-3 relative.
 	KVF16 bool
 	// RowAttention runs paged attention of sequences without a prompt
 	// boundary (AttnSeq.GEMMRows -1) with the per-row decode kernels only:

@@ -158,7 +158,7 @@ func appendStr(b []byte, s string) []byte {
 }
 
 // DenseMeta is the metadata of a dense qwen2/qwen3 model as llama.cpp's
-// converter writes it (architecture keys only; no tokenizer).
+// converter writes it (architecture keys; no tokenizer, see below).
 func DenseMeta(c *Config) ([]Meta, error) {
 	var arch string
 	for a, mt := range architectures {
@@ -185,6 +185,11 @@ func DenseMeta(c *Config) ([]Meta, error) {
 		{arch + ".rope.freq_base", float32(c.RopeTheta)},
 	}
 	meta = append(meta, RopeMeta(arch, c.RopeScaling)...)
+	// No vocabulary is stored: tokenizer model "none" with the vocabulary
+	// size is what llama.cpp's loader accepts for such a file (without the
+	// tokenizer keys it refuses it; it sizes the vocabulary from
+	// <arch>.vocab_size then).
+	meta = append(meta, Meta{"tokenizer.ggml.model", "none"}, Meta{arch + ".vocab_size", u(c.VocabSize)})
 	if c.BOSTokenID >= 0 {
 		meta = append(meta, Meta{"tokenizer.ggml.bos_token_id", u(c.BOSTokenID)})
 	}
@@ -192,4 +197,97 @@ func DenseMeta(c *Config) ([]Meta, error) {
 		meta = append(meta, Meta{"tokenizer.ggml.eos_token_id", u(c.EOSTokenIDs[0])})
 	}
 	return meta, nil
+}
+
+// ModelMeta is DenseMeta extended to Qwen3-MoE (qwen3moe): the expert
+// counts and sizes llama.cpp's converter writes (expert_count,
+// expert_used_count, expert_feed_forward_length; top-k weights
+// renormalised, as llama.cpp's qwen3moe graph does unless told otherwise).
+// Hybrid architectures are refused (ErrUnsupportedArchitecture).
+func ModelMeta(c *Config) ([]Meta, error) {
+	if c.NumExperts == 0 {
+		return DenseMeta(c)
+	}
+	if c.ModelType != "qwen3_moe" {
+		return nil, fmt.Errorf("gguf metadata: model type %q with %d experts: %w", c.ModelType, c.NumExperts, ErrUnsupportedArchitecture)
+	}
+	switch {
+	case c.NumExpertsPerTok < 1 || c.NumExpertsPerTok > c.NumExperts:
+		return nil, fmt.Errorf("gguf metadata: %d experts per token must be in [1, %d]", c.NumExpertsPerTok, c.NumExperts)
+	case c.MoEIntermediateSize < 1:
+		return nil, fmt.Errorf("gguf metadata: expert intermediate size %d must be positive", c.MoEIntermediateSize)
+	case !c.NormTopKProb:
+		return nil, fmt.Errorf("gguf metadata: qwen3moe without renormalised top-k weights is not written")
+	}
+	d := *c
+	d.ModelType, d.NumExperts = "qwen3", 0
+	meta, err := DenseMeta(&d)
+	if err != nil {
+		return nil, err
+	}
+	const arch = "qwen3moe"
+	for i := range meta {
+		if k, ok := strings.CutPrefix(meta[i].Key, "qwen3."); ok {
+			meta[i].Key = arch + "." + k
+		}
+		if meta[i].Key == "general.architecture" {
+			meta[i].Value = arch
+		}
+	}
+	return append(meta,
+		Meta{arch + ".expert_count", uint32(c.NumExperts)},
+		Meta{arch + ".expert_used_count", uint32(c.NumExpertsPerTok)},
+		Meta{arch + ".expert_feed_forward_length", uint32(c.MoEIntermediateSize)},
+	), nil
+}
+
+// ExpertGGUFName splits the canonical name of one expert's matrix
+// (model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight) into the GGUF
+// name of the stacked tensor that holds it (blk.N.ffn_{gate,up,down}_exps.weight)
+// and the expert index.
+func ExpertGGUFName(hf string) (name string, expert int, ok bool) {
+	rest, ok := strings.CutPrefix(hf, "model.layers.")
+	if !ok {
+		return "", 0, false
+	}
+	num, rest, _ := strings.Cut(rest, ".")
+	rest, ok = strings.CutPrefix(rest, "mlp.experts.")
+	if _, err := strconv.Atoi(num); err != nil || !ok {
+		return "", 0, false
+	}
+	e, part, _ := strings.Cut(rest, ".")
+	expert, err := strconv.Atoi(e)
+	if err != nil || expert < 0 {
+		return "", 0, false
+	}
+	for _, g := range []string{"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"} {
+		if part == layerNames[g]+".weight" {
+			return "blk." + num + "." + g + ".weight", expert, true
+		}
+	}
+	return "", 0, false
+}
+
+// StackExperts stacks the experts' matrices (expert e at experts[e], all of
+// one format and shape [rows, cols]) into one [E, rows, cols] tensor, the
+// layout of GGUF's ffn_*_exps (expert-major, each expert's rows as stored).
+func StackExperts(name string, experts []*tensor.Host) (*tensor.Host, error) {
+	if len(experts) == 0 {
+		return nil, fmt.Errorf("stack experts %s: no experts", name)
+	}
+	first := experts[0]
+	if first == nil || len(first.Shape) != 2 {
+		return nil, fmt.Errorf("stack experts %s: expert 0 is not a matrix", name)
+	}
+	data := make([]byte, 0, len(first.Data)*len(experts))
+	for e, h := range experts {
+		if h == nil || h.Format != first.Format || len(h.Shape) != 2 || h.Shape[0] != first.Shape[0] || h.Shape[1] != first.Shape[1] || len(h.Data) != len(first.Data) {
+			return nil, fmt.Errorf("stack experts %s: expert %d differs from expert 0 (%v %v) or is missing", name, e, first.Format, first.Shape)
+		}
+		if h.Scales != nil || h.Biases != nil {
+			return nil, fmt.Errorf("stack experts %s: expert %d has separate scales (MLX): not stored in GGUF", name, e)
+		}
+		data = append(data, h.Data...)
+	}
+	return &tensor.Host{Name: name, Format: first.Format, Shape: []int{len(experts), first.Shape[0], first.Shape[1]}, Data: data}, nil
 }

@@ -117,3 +117,130 @@ func TestWriteRefusesUnsupported(t *testing.T) {
 		t.Errorf("DenseMeta(qwen3_moe): got no error")
 	}
 }
+
+// TestWriteMoERoundTrip writes a small Qwen3-MoE (ModelMeta, experts
+// stacked by StackExperts under ExpertGGUFName's names) and reads it back:
+// the same config and every expert's bytes under its canonical name.
+func TestWriteMoERoundTrip(t *testing.T) {
+	c := &Config{ModelType: "qwen3_moe", HiddenSize: 64, IntermediateSize: 96, NumHiddenLayers: 2,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 32, VocabSize: 100, MaxPositionEmbeddings: 4096,
+		RMSNormEps: 1e-6, RopeTheta: 1e6, PartialRotaryFactor: 1, BOSTokenID: -1, EOSTokenIDs: []int{7},
+		NumExperts: 4, NumExpertsPerTok: 2, MoEIntermediateSize: 32, DecoderSparseStep: 1, NormTopKProb: true}
+	meta, err := ModelMeta(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	host := func(hf string, f tensor.Format, rows, cols int) *tensor.Host {
+		size := rows * cols * 4
+		if f == tensor.Q8_0 {
+			size = rows * cols / 32 * 34
+		}
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(r.Uint32())
+			if f == tensor.F32 && i%4 == 3 {
+				data[i] &= 0x3f
+			}
+		}
+		return &tensor.Host{Name: hf, Format: f, Shape: []int{rows, cols}, Data: data}
+	}
+	want := map[string]*tensor.Host{}
+	var ts []WriteTensor
+	plain := func(hf string, f tensor.Format, rows, cols int) {
+		h := host(hf, f, rows, cols)
+		if rows == 1 {
+			h.Shape = []int{cols}
+		}
+		g, ok := GGUFName(hf)
+		if !ok {
+			t.Fatalf("GGUFName(%s): not found", hf)
+		}
+		want[hf] = h
+		ts = append(ts, WriteTensor{Name: g, Host: h})
+	}
+	H, hd, E, I := c.HiddenSize, c.HeadDim, c.NumExperts, c.MoEIntermediateSize
+	plain("model.embed_tokens.weight", tensor.Q8_0, c.VocabSize, H)
+	plain("lm_head.weight", tensor.Q8_0, c.VocabSize, H)
+	plain("model.norm.weight", tensor.F32, 1, H)
+	for l := range c.NumHiddenLayers {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		plain(p+"input_layernorm.weight", tensor.F32, 1, H)
+		plain(p+"post_attention_layernorm.weight", tensor.F32, 1, H)
+		plain(p+"self_attn.q_norm.weight", tensor.F32, 1, hd)
+		plain(p+"self_attn.k_norm.weight", tensor.F32, 1, hd)
+		plain(p+"self_attn.q_proj.weight", tensor.Q8_0, c.NumAttentionHeads*hd, H)
+		plain(p+"self_attn.k_proj.weight", tensor.Q8_0, c.NumKeyValueHeads*hd, H)
+		plain(p+"self_attn.v_proj.weight", tensor.Q8_0, c.NumKeyValueHeads*hd, H)
+		plain(p+"self_attn.o_proj.weight", tensor.Q8_0, H, c.NumAttentionHeads*hd)
+		plain(p+"mlp.gate.weight", tensor.F32, E, H)
+		for _, part := range []struct {
+			name       string
+			rows, cols int
+		}{{"gate_proj", I, H}, {"up_proj", I, H}, {"down_proj", H, I}} {
+			var experts []*tensor.Host
+			var g string
+			for e := range E {
+				hf := fmt.Sprintf("%smlp.experts.%d.%s.weight", p, e, part.name)
+				name, idx, ok := ExpertGGUFName(hf)
+				if !ok || idx != e {
+					t.Fatalf("ExpertGGUFName(%s) = %s, %d, %v", hf, name, idx, ok)
+				}
+				g = name
+				h := host(hf, tensor.Q8_0, part.rows, part.cols)
+				want[hf] = h
+				experts = append(experts, h)
+			}
+			st, err := StackExperts(g, experts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts = append(ts, WriteTensor{Name: g, Host: st})
+		}
+	}
+	path := filepath.Join(t.TempDir(), "moe.gguf")
+	if err := Write(path, meta, ts); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Architecture() != "qwen3moe" {
+		t.Errorf("architecture %q, want qwen3moe", f.Architecture())
+	}
+	got, err := f.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCfg := *c
+	wantCfg.LayerTypes = []string{"full_attention", "full_attention"}
+	if !reflect.DeepEqual(*got, wantCfg) {
+		t.Errorf("config:\n got %+v\nwant %+v", *got, wantCfg)
+	}
+	for name, w := range want {
+		h, err := f.Tensor(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Format != w.Format || !reflect.DeepEqual(h.Shape, w.Shape) || !bytes.Equal(h.Data, w.Data) {
+			t.Errorf("%s: got %v %v (%d bytes), want %v %v (%d bytes)", name, h.Format, h.Shape, len(h.Data), w.Format, w.Shape, len(w.Data))
+		}
+	}
+}
+
+// TestStackExpertsRefuses: experts of different shapes or formats, or none.
+func TestStackExpertsRefuses(t *testing.T) {
+	a := &tensor.Host{Format: tensor.F32, Shape: []int{2, 4}, Data: make([]byte, 32)}
+	b := &tensor.Host{Format: tensor.F32, Shape: []int{4, 2}, Data: make([]byte, 32)}
+	q := &tensor.Host{Format: tensor.Q8_0, Shape: []int{2, 32}, Data: make([]byte, 68)}
+	for name, ex := range map[string][]*tensor.Host{"none": nil, "shape": {a, b}, "format": {a, q}, "missing": {a, nil}} {
+		if _, err := StackExperts("blk.0.ffn_up_exps.weight", ex); err == nil {
+			t.Errorf("%s: got no error", name)
+		}
+	}
+	if _, err := ModelMeta(&Config{ModelType: "qwen3_5_moe_text", NumExperts: 8, NumExpertsPerTok: 2, MoEIntermediateSize: 4, NormTopKProb: true}); err == nil {
+		t.Errorf("ModelMeta(qwen3_5_moe_text): got no error")
+	}
+}

@@ -7,18 +7,25 @@ func AttentionScratch(rows, group, hd, n int) int {
 }
 
 // AttentionRows is causal attention for `rows` consecutive query rows of
-// the `group` query heads that share one KV head, as two GEMMs over a
-// dimension-major cache (scores S = Q·K, then O = P·Vᵀ) so that every key
-// and value is loaded once per block of rows·group queries:
+// the `group` query heads that share one KV head, as two GEMMs over the
+// cache (scores S = Q·K, then O = P·V) so that every key and value is
+// loaded once per block of rows·group queries:
 //
-//	q:      row r, head g at q[r*ldq+g*hd : r*ldq+(g+1)*hd]
-//	kt, vt: kt[x*ldkv+j] = K[j][x] for dimension x < hd, position j < pos+rows
-//	        (likewise vt); row r is at position pos+r and sees keys [0, pos+r]
-//	out:    row r, head g at out[r*ldo+g*hd : ...]
+//	q:  row r, head g at q[r*ldq+g*hd : r*ldq+(g+1)*hd]
+//	kt: dimension-major keys, kt[x*ldk+j] = K[j][x] for x < hd, j < pos+rows
+//	v:  position-major values, v[j*hd+x] = V[j][x]
+//	    row r is at position pos+r and sees keys [0, pos+r]
+//	out: row r, head g at out[r*ldo+g*hd : ...]
 //
-// Softmax subtracts the row maximum and exponentiates with ExpSubF32. scratch has at least
-// AttentionScratch(rows, group, hd, pos+rows) floats.
-func AttentionRows(out []float32, ldo int, q []float32, ldq int, rows, group, hd int, kt, vt []float32, ldkv, pos int, scale float32, scratch []float32) {
+// One row (a decode step) takes the per-row path: the scores are
+// AxpysF32x2 over the key rows and the output AxpysF32x2 over the value
+// rows, each K and V value loaded once for two query heads and the
+// accumulators kept in registers (the GEMM tails for fewer than 8 query
+// rows re-read the cache once per head and store the accumulators each
+// step). Softmax subtracts the row maximum and exponentiates with
+// ExpSubF32. scratch has at least AttentionScratch(rows, group, hd,
+// pos+rows) floats.
+func AttentionRows(out []float32, ldo int, q []float32, ldq int, rows, group, hd int, kt []float32, ldk int, v []float32, pos int, scale float32, scratch []float32) {
 	m, n := rows*group, pos+rows
 	a := scratch[:m*hd]
 	s := scratch[m*hd : m*hd+m*n]
@@ -32,7 +39,11 @@ func AttentionRows(out []float32, ldo int, q []float32, ldq int, rows, group, hd
 			}
 		}
 	}
-	GemmF32NN(s, n, a, hd, kt, ldkv, m, n, hd)
+	if rows == 1 {
+		attentionRow(a, s, o, group, hd, kt, ldk, v, n)
+	} else {
+		GemmF32NN(s, n, a, hd, kt, ldk, m, n, hd)
+	}
 	for r := range rows {
 		valid := pos + r + 1
 		for g := range group {
@@ -42,7 +53,11 @@ func AttentionRows(out []float32, ldo int, q []float32, ldq int, rows, group, hd
 			clear(row[valid:])
 		}
 	}
-	GemmF32NT(o, hd, s, n, vt, ldkv, m, hd, n)
+	if rows == 1 {
+		attentionRowOut(s, o, group, hd, v, n)
+	} else {
+		GemmF32NN(o, hd, s, n, v, hd, m, hd, n)
+	}
 	for r := range rows {
 		for g := range group {
 			inv := a[(r*group+g)*hd]
@@ -51,6 +66,88 @@ func AttentionRows(out []float32, ldo int, q []float32, ldq int, rows, group, hd
 			for x, v := range src {
 				dst[x] = v * inv
 			}
+		}
+	}
+}
+
+// attentionRow sets the scores s (group rows of n) of one query row's
+// group heads a (group rows of hd, already scaled), two heads per pass.
+func attentionRow(a, s, o []float32, group, hd int, kt []float32, ldk int, v []float32, n int) {
+	clear(s[:group*n])
+	g := 0
+	for ; g+1 < group; g += 2 {
+		AxpysF32x2(s[g*n:(g+1)*n], s[(g+1)*n:(g+2)*n], a[g*hd:(g+1)*hd], a[(g+1)*hd:(g+2)*hd], kt, ldk, hd)
+	}
+	if g < group {
+		AxpysF32(s[g*n:(g+1)*n], a[g*hd:(g+1)*hd], kt, ldk, hd)
+	}
+}
+
+// attentionRowOut sets o (group rows of hd) = P·V for one query row's
+// probabilities s (group rows of n), two heads per pass.
+func attentionRowOut(s, o []float32, group, hd int, v []float32, n int) {
+	clear(o[:group*hd])
+	g := 0
+	for ; g+1 < group; g += 2 {
+		AxpysF32x2(o[g*hd:(g+1)*hd], o[(g+1)*hd:(g+2)*hd], s[g*n:(g+1)*n], s[(g+1)*n:(g+2)*n], v, hd, n)
+	}
+	if g < group {
+		AxpysF32(o[g*hd:(g+1)*hd], s[g*n:(g+1)*n], v, hd, n)
+	}
+}
+
+// AttentionRowF16 is AttentionRows for one query row (rows = 1) over an f16
+// cache in the same layout (kt[x*ldk+j], v[j*hd+x] IEEE halves), widened in
+// registers by the f16 axpy-sum kernels. scratch has at least
+// AttentionScratch(1, group, hd, pos+1) floats.
+func AttentionRowF16(out, q []float32, group, hd int, kt []uint16, ldk int, v []uint16, pos int, scale float32, scratch []float32) {
+	m, n := group, pos+1
+	a := scratch[:m*hd]
+	s := scratch[m*hd : m*hd+m*n]
+	o := scratch[m*hd+m*n : 2*m*hd+m*n]
+	for x, v := range q[:m*hd] {
+		a[x] = v * scale
+	}
+	clear(s)
+	// The first key block and the start of the value rows are asked for
+	// before any is needed (the chunks below prefetch one block ahead).
+	PrefetchF16(kt, hd, ldk, min(n, 128))
+	PrefetchF16(v, 1, 0, min(n, 64)*hd)
+	g := 0
+	for ; g+1 < group; g += 2 {
+		// 128 positions at a time, asking for the next 128 of the same key
+		// rows meanwhile: the rows are ldk apart, too short a run each for
+		// the hardware prefetchers. Splitting at multiples of 128 keeps
+		// every column's bits (the kernel's column blocks are 128 wide).
+		for c := 0; c < n; c += 128 {
+			e := min(n, c+128)
+			var next []uint16
+			if e < n && g == 0 {
+				next = kt[e:]
+			}
+			AxpysF16x2Next(s[g*n+c:g*n+e], s[(g+1)*n+c:(g+1)*n+e], a[g*hd:(g+1)*hd], a[(g+1)*hd:(g+2)*hd], kt[c:], next, ldk, hd)
+		}
+	}
+	if g < group {
+		AxpysF16(s[g*n:(g+1)*n], a[g*hd:(g+1)*hd], kt, ldk, hd)
+	}
+	for g := range group {
+		row := s[g*n : (g+1)*n]
+		sum := ExpSubF32(row, MaxF32(row))
+		a[g*hd] = 1 / sum
+	}
+	clear(o)
+	g = 0
+	for ; g+1 < group; g += 2 {
+		AxpysF16x2(o[g*hd:(g+1)*hd], o[(g+1)*hd:(g+2)*hd], s[g*n:(g+1)*n], s[(g+1)*n:(g+2)*n], v, hd, n)
+	}
+	if g < group {
+		AxpysF16(o[g*hd:(g+1)*hd], s[g*n:(g+1)*n], v, hd, n)
+	}
+	for g := range group {
+		inv := a[g*hd]
+		for x, v := range o[g*hd : (g+1)*hd] {
+			out[g*hd+x] = v * inv
 		}
 	}
 }

@@ -505,19 +505,26 @@ func TestGemmF32NN(t *testing.T) {
 	}
 }
 
-// TestAttentionRows against a plain loop (float64) on random inputs.
+// TestAttentionRows against a plain loop (float64) on random inputs: the
+// GEMM path (rows > 1) and the one-row decode path (pairs of heads and an
+// odd last head, position counts and head dims with 128-, 16- and
+// scalar-column tails, key rows wider than the positions).
 func TestAttentionRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
-	for _, c := range []struct{ rows, group, hd, pos int }{{1, 1, 64, 0}, {8, 2, 128, 0}, {8, 2, 128, 37}, {3, 4, 80, 5}, {1, 8, 128, 200}} {
+	for _, c := range []struct{ rows, group, hd, pos int }{{1, 1, 64, 0}, {8, 2, 128, 0}, {8, 2, 128, 37}, {3, 4, 80, 5},
+		{1, 8, 128, 200}, {1, 2, 128, 575}, {1, 3, 64, 130}, {1, 2, 72, 16}, {1, 5, 24, 3}, {2, 2, 128, 300}} {
 		n := c.pos + c.rows
 		ldkv := n + 7
 		ldq, ldo := c.group*c.hd+16, c.group*c.hd+32
 		q := randF32(r, c.rows*ldq)
-		kt, vt := randF32(r, c.hd*ldkv), randF32(r, c.hd*ldkv)
+		kt, vt := randF32(r, c.hd*ldkv), randF32(r, n*c.hd)
 		out := make([]float32, c.rows*ldo)
 		scratch := make([]float32, AttentionScratch(c.rows, c.group, c.hd, n))
+		for i := range scratch {
+			scratch[i] = float32(math.NaN()) // the kernel must not read stale scratch
+		}
 		scale := float32(1 / math.Sqrt(float64(c.hd)))
-		AttentionRows(out, ldo, q, ldq, c.rows, c.group, c.hd, kt, vt, ldkv, c.pos, scale, scratch)
+		AttentionRows(out, ldo, q, ldq, c.rows, c.group, c.hd, kt, ldkv, vt, c.pos, scale, scratch)
 		for row := range c.rows {
 			for g := range c.group {
 				valid := c.pos + row + 1
@@ -540,7 +547,7 @@ func TestAttentionRows(t *testing.T) {
 				for x := range c.hd {
 					var want float64
 					for j := range valid {
-						want += sc[j] / sum * float64(vt[x*ldkv+j])
+						want += sc[j] / sum * float64(vt[j*c.hd+x])
 					}
 					d := float64(out[row*ldo+g*c.hd+x]) - want
 					num += d * d
