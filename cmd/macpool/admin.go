@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -97,3 +98,14 @@ func splitVerb(fs *flag.FlagSet, args []string) (string, error) {
 
 // requestTimeout bounds one admin call.
 const requestTimeout = 30 * time.Second
+
+// printUsage prints a client subcommand's usage text and the flags every
+// subcommand of it takes (adminFlags).
+func printUsage(w io.Writer, usage string) {
+	fmt.Fprintln(w, usage)
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.SetOutput(w)
+	var af adminFlags
+	af.register(fs)
+	fs.PrintDefaults()
+}

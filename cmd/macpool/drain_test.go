@@ -33,6 +33,25 @@ func TestKeysDrainUsage(t *testing.T) {
 	}
 }
 
+// TestClientCommandHelp: keys -h and models -h describe every subcommand
+// and the flags they share, not one line.
+func TestClientCommandHelp(t *testing.T) {
+	for cmd, words := range map[string][]string{
+		"keys":   {"keys create", "keys list", "keys revoke", "-admin key", "-coordinator", "MACPOOL_COORDINATOR", "-admin-key"},
+		"models": {"models add", "models rm", "models ls", "-coordinator", "MACPOOL_COORDINATOR", "-admin-key"},
+	} {
+		var stdout, stderr strings.Builder
+		if code := runMain(context.Background(), []string{cmd, "-h"}, &stdout, &stderr); code != 0 {
+			t.Errorf("%s -h: exit %d", cmd, code)
+		}
+		for _, w := range words {
+			if !strings.Contains(stderr.String(), w) {
+				t.Errorf("%s -h lacks %q:\n%s", cmd, w, stderr.String())
+			}
+		}
+	}
+}
+
 func TestSplitVerb(t *testing.T) {
 	for _, args := range [][]string{{"w1", "--timeout", "2s"}, {"--timeout", "2s", "w1"}} {
 		fs := newFlagSet("drain", &strings.Builder{})

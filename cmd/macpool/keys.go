@@ -13,9 +13,21 @@ func init() {
 	register("keys", "manage API keys: keys create [-id ID] [-admin] | keys list | keys revoke ID", runKeys)
 }
 
+const keysUsage = `usage: macpool keys create [-id ID] [-name NAME] [-admin]
+       macpool keys list
+       macpool keys revoke ID
+
+create stores a new API key in the cluster state (only its hash) and prints
+its secret once; clients send it as their OpenAI key. An -admin key may also
+manage keys, drain nodes and change the model registry; the first key of a
+cluster must be one. list shows the keys (never their secrets) with their last
+use; revoke deletes one at once, cluster-wide.
+
+Flags of every keys subcommand:`
+
 func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stderr, "usage: macpool keys create [-id ID] [-name NAME] [-admin] | list | revoke ID  [-coordinator ADDR] [-admin-key KEY]")
+		printUsage(stderr, keysUsage)
 		if len(args) == 0 {
 			return fmt.Errorf("%w: a subcommand is required (create, list, revoke)", errUsage)
 		}

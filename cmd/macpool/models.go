@@ -21,11 +21,13 @@ add registers a model: a Hugging Face reference (ORG/NAME[@REV][:FILE|QUANT]) is
 downloaded once, by one worker, and the others pull it from their peers; a
 local PATH is served in place by the worker named by -node (default: every
 worker that has the path) and pulled from it by the others. Placement puts
-the model on the workers whose memory fits it (-replicas N: at most N).`
+the model on the workers whose memory fits it (-replicas N: at most N).
+
+Flags of every models subcommand:`
 
 func runModels(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stderr, modelsUsage)
+		printUsage(stderr, modelsUsage)
 		if len(args) == 0 {
 			return fmt.Errorf("%w: a subcommand is required (add, rm, ls)", errUsage)
 		}
