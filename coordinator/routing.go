@@ -1,7 +1,7 @@
 package coordinator
 
 // Prefix-aware routing (docs/cluster.md, "Prefix-aware routing"). Workers
-// publish the prefix keys (engine/prefixkey) of the requests they served
+// publish the prefix keys (package prefix) of the requests they served
 // recently; at Submit the coordinator offers a job directly to the worker
 // holding its longest prefix, so that its KV prefix cache serves the shared
 // part of the prompt. A job no worker takes at once goes to the model's

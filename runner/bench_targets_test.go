@@ -16,7 +16,7 @@ import (
 // Qwen3-0.6B's shape (Q8_0, 2 threads). Slow (minutes): runs only with
 // MACPOOL_BENCH_TARGETS=1, e.g.
 //
-//	MACPOOL_BENCH_TARGETS=1 go test -run BenchTargets -v -timeout 30m ./engine/serve/
+//	MACPOOL_BENCH_TARGETS=1 go test -run BenchTargets -v -timeout 30m ./runner/
 func TestBenchTargets(t *testing.T) {
 	if os.Getenv("MACPOOL_BENCH_TARGETS") == "" {
 		t.Skip("set MACPOOL_BENCH_TARGETS=1 to measure")

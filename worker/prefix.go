@@ -23,7 +23,7 @@ import (
 )
 
 // PrefixSummarizer is implemented by engines with a prefix cache: the keys
-// (engine/prefixkey) of up to max recently served prefixes, most recent
+// (package prefix) of up to max recently served prefixes, most recent
 // first, and the KV room. The worker fills in Node and Model.
 type PrefixSummarizer interface {
 	RoutingSummary(max int) prefix.Summary
@@ -277,7 +277,7 @@ func (o offeredMsg) TermWithReason(string) error               { return nil }
 
 // WithPrefixKeys wraps an engine without a prefix cache of its own (the
 // test engine, fakes) so that it records the prefix keys of the jobs it
-// runs and reports them as a PrefixSummarizer, the way engine/serve does.
+// runs and reports them as a PrefixSummarizer, the way the runner does.
 // A ResumeEngine stays one.
 func WithPrefixKeys(e Engine) Engine {
 	k := &keyed{Engine: e, keys: prefix.NewRecent(1024)}

@@ -39,7 +39,7 @@ type Engine interface {
 // Generate. tokens are the ids whose text ev carries (every token exactly
 // once, in order; a token whose text is held back goes with the event that
 // finally carries it; the values are the engine's own, stored by the
-// coordinator and given back in Resume: engine/serve marks a token that a
+// coordinator and given back in Resume: the runner marks a token that a
 // constraint substituted for a sampled EOS as -1-id). A resumed generation
 // prefills prompt + r.Tokens,
 // continues as an uninterrupted run would (same seed, same step numbers)
