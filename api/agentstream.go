@@ -65,30 +65,13 @@ func collectProto(ctx context.Context, c *gin.Context, st job.Stream, pw protoco
 	}
 }
 
-// streamProto streams a job's events through pw. Until the first event
-// arrives nothing is written, so a failure before it is still a plain HTTP
-// error, written by writeErr in the protocol's own shape.
+// streamProto streams a job's events through pw; a failure before the
+// first event is a plain HTTP error in the protocol's own shape (writeErr,
+// see firstEvent).
 func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream, pw protocolWriter, writeErr func(*gin.Context, *openai.Error)) {
-	ev, err := st.Recv(ctx)
-	switch {
-	case errors.Is(err, io.EOF):
-		ev = nil
-	case err != nil:
-		if ctx.Err() == nil {
-			writeErr(c, asError(err))
-		}
+	ev, worker, ok := firstEvent(ctx, c, st, writeErr)
+	if !ok {
 		return
-	case ev.Err != nil:
-		if ev.Worker != "" {
-			c.Header(HeaderWorker, ev.Worker)
-		}
-		writeErr(c, ev.Err)
-		return
-	}
-	worker := ""
-	if ev != nil && ev.Worker != "" {
-		worker = ev.Worker
-		c.Header(HeaderWorker, worker)
 	}
 	w := newSSEWriter(c.Writer, s.cfg.StreamWriteTimeout)
 	w.start()
@@ -117,6 +100,7 @@ func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream,
 		if w.flush() != nil {
 			return // client gone; ctx is cancelled too
 		}
+		var err error
 		ev, err = st.Recv(ctx)
 		if errors.Is(err, io.EOF) {
 			break

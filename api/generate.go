@@ -91,33 +91,9 @@ func collect(ctx context.Context, c *gin.Context, st job.Stream, add func(*job.E
 }
 
 func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream, includeUsage bool, g generation) {
-	// Until the first event arrives nothing is written, so a failure before
-	// it (an error event, a Recv error) is still a plain HTTP error.
-	ev, err := st.Recv(ctx)
-	switch {
-	case errors.Is(err, io.EOF):
-		ev = nil
-	case err != nil:
-		if ctx.Err() == nil {
-			writeError(c, asError(err))
-		} else {
-			setOutcome(c, statusClientGone)
-		}
+	ev, worker, ok := firstEvent(ctx, c, st, writeError)
+	if !ok {
 		return
-	case ev.Err != nil:
-		if ev.Worker != "" {
-			c.Header(HeaderWorker, ev.Worker)
-		}
-		writeError(c, ev.Err)
-		return
-	}
-	worker := ""
-	if ev != nil && ev.Worker != "" {
-		worker = ev.Worker
-		c.Header(HeaderWorker, worker)
-	}
-	if ev != nil {
-		setUnenforced(c, ev)
 	}
 	w := newSSEWriter(c.Writer, s.cfg.StreamWriteTimeout)
 	w.start()
@@ -148,6 +124,7 @@ func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream
 			setOutcome(c, statusClientGone) // ctx is cancelled too
 			return
 		}
+		var err error
 		ev, err = st.Recv(ctx)
 		if errors.Is(err, io.EOF) {
 			break
@@ -171,4 +148,34 @@ func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream
 	}
 	w.done()
 	w.flush()
+}
+
+// firstEvent receives a stream's first event before anything is written, so
+// that a failure before it (an error event, a Recv error) is still a plain
+// HTTP error, written by writeErr in the route's protocol shape. It sets the
+// worker and unenforced-schema headers from that event; ev is nil for a
+// stream without events, ok false when the request is answered already.
+func firstEvent(ctx context.Context, c *gin.Context, st job.Stream, writeErr func(*gin.Context, *openai.Error)) (ev *job.Event, worker string, ok bool) {
+	ev, err := st.Recv(ctx)
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil, "", true
+	case err != nil:
+		if ctx.Err() == nil {
+			writeErr(c, asError(err))
+		} else {
+			setOutcome(c, statusClientGone)
+		}
+		return nil, "", false
+	}
+	if ev.Worker != "" {
+		worker = ev.Worker
+		c.Header(HeaderWorker, worker)
+	}
+	if ev.Err != nil {
+		writeErr(c, ev.Err)
+		return nil, "", false
+	}
+	setUnenforced(c, ev)
+	return ev, worker, true
 }
