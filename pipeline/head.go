@@ -165,7 +165,7 @@ func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 		return nil, nil, err
 	}
 	seqs := make([]engine.Seq, len(pass))
-	f := &Frame{Kind: Data, Batch: h.batches.Add(1), Seqs: make([]Seq, len(pass)), Cols: h.m.cfg.Model.HiddenSize()}
+	f := &Frame{Kind: Data, Batch: h.batches.Add(1), Seqs: make([]Seq, len(pass)), Cols: h.m.cfg.Model.Config().HiddenSize}
 	var params samplerParams
 	h.mu.Lock()
 	for i, p := range pass {

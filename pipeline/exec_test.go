@@ -1,0 +1,285 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/cluster"
+	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/job"
+	"github.com/macpool/macpool/runner"
+)
+
+// testPipeline is an in-process pipeline: one Server per stage (each a
+// node of one cluster, real mutual TLS over 127.0.0.1) with its member.
+type testPipeline struct {
+	head    *Head
+	members []*Member
+	servers []*Server
+	models  []*engine.Model
+}
+
+// startPipeline loads path as the given stages and joins them as plan
+// epoch of model "m". The runner config comes from rc (ModelDir set).
+func startPipeline(t testing.TB, secret *cluster.Secret, path string, opts engine.Options, stages []engine.Stage, epoch uint64, rc runner.Config) *testPipeline {
+	t.Helper()
+	tp := &testPipeline{}
+	plan := Plan{Model: "m", Epoch: epoch}
+	for i, st := range stages {
+		o := opts
+		o.Stage = st
+		m, err := engine.Load(path, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		tp.models = append(tp.models, m)
+		name := fmt.Sprintf("w%d-e%d", i, epoch)
+		srv, err := NewServer(ServerConfig{Addr: "127.0.0.1:0", Transport: nodeConfig(t, secret, name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(context.Background()) }()
+		t.Cleanup(func() {
+			srv.Close()
+			if err := <-done; err != nil {
+				t.Errorf("server run: %v", err)
+			}
+		})
+		tp.servers = append(tp.servers, srv)
+		r := m.Stage()
+		plan.Stages = append(plan.Stages, StageAddr{Worker: name, Addr: srv.Addr(), First: r.First, Last: r.Last})
+	}
+	for i, srv := range tp.servers {
+		m, err := srv.Join(context.Background(), MemberConfig{Plan: plan, Self: i, Model: tp.models[i], Runner: rc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		tp.members = append(tp.members, m)
+	}
+	tp.head = tp.members[0].Engine()
+	if tp.head == nil {
+		t.Fatal("stage 0 has no head")
+	}
+	for _, m := range tp.members[1:] {
+		if m.Engine() != nil {
+			t.Fatal("a stage other than the first has a head")
+		}
+	}
+	return tp
+}
+
+// fixtureRunner is the runner configuration for a fixture without a
+// tokenizer: token prompts, no EOS.
+func fixtureRunner(path string, opts engine.Options) runner.Config {
+	rc := runner.DefaultConfig()
+	rc.ModelDir, rc.Threads, rc.TokensOnly, rc.AllowNoEOS = path, 1, true, true
+	rc.KVF16, rc.Quantize, rc.Backend = opts.KVF16, opts.Quantize, opts.Backend
+	rc.MaxContext, rc.PrefillChunk, rc.MaxBatchTokens = 512, 64, 128
+	return rc
+}
+
+// generation is one job's outcome: per choice the token ids and logprobs.
+type generation struct {
+	ids      [][]int
+	logprobs [][]float64
+	cached   int
+	err      error
+}
+
+type resumer interface {
+	GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error
+}
+
+// generate runs j on e (with resume r); stop, when set, is called after
+// every event with the tokens so far and may end the wait early.
+func generate(ctx context.Context, e resumer, j *job.Job, r *job.Resume, onEvent func(ids [][]int)) generation {
+	var g generation
+	var mu sync.Mutex
+	g.err = e.GenerateResume(ctx, j, r, func(ev *job.Event, toks []int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if ev.Usage != nil {
+			if ev.Usage.PromptTokensDetails != nil {
+				g.cached = ev.Usage.PromptTokensDetails.CachedTokens
+			}
+			return nil
+		}
+		for len(g.ids) <= ev.Choice {
+			g.ids = append(g.ids, nil)
+			g.logprobs = append(g.logprobs, nil)
+		}
+		g.ids[ev.Choice] = append(g.ids[ev.Choice], toks...)
+		if ev.Logprobs != nil {
+			for _, lp := range ev.Logprobs.Content {
+				g.logprobs[ev.Choice] = append(g.logprobs[ev.Choice], lp.Logprob)
+				for _, top := range lp.TopLogprobs {
+					g.logprobs[ev.Choice] = append(g.logprobs[ev.Choice], top.Logprob)
+				}
+			}
+		}
+		if onEvent != nil {
+			onEvent(g.ids)
+		}
+		return nil
+	})
+	return g
+}
+
+// completion is a token-prompt completions job.
+func completion(prompt []int, maxTokens int, edit func(*openai.CompletionRequest)) *job.Job {
+	req := &openai.CompletionRequest{Model: "m", Prompt: openai.Prompt{Tokens: [][]int{prompt}}, MaxTokens: &maxTokens}
+	if edit != nil {
+		edit(req)
+	}
+	return &job.Job{ID: "t", Kind: job.KindCompletion, Model: "m", Completion: req}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// requests are the kinds of request the comparison runs: greedy, seeded
+// sampling with penalties (drawn on the last stage), seeded sampling with
+// logprobs (logits sent back), two choices.
+func requests(V int) []*job.Job {
+	return []*job.Job{
+		completion(randomTokens(11, 70, V), 12, func(r *openai.CompletionRequest) { r.Temperature = ptrTo(0.0) }),
+		completion(randomTokens(12, 9, V), 12, func(r *openai.CompletionRequest) {
+			r.Temperature, r.TopP, r.Seed, r.RepetitionPenalty = ptrTo(0.9), ptrTo(0.95), ptrTo(int64(7)), ptrTo(1.2)
+		}),
+		completion(randomTokens(13, 33, V), 10, func(r *openai.CompletionRequest) {
+			r.Temperature, r.Seed, r.Logprobs = ptrTo(0.7), ptrTo(int64(3)), ptrTo(3)
+		}),
+		completion(randomTokens(14, 20, V), 8, func(r *openai.CompletionRequest) {
+			r.Temperature, r.TopK, r.Seed, r.N = ptrTo(1.1), ptrTo(5), ptrTo(int64(5)), ptrTo(2)
+		}),
+	}
+}
+
+// runAll runs the jobs, concurrently or one after the other.
+func runAll(t testing.TB, e resumer, jobs []*job.Job, concurrent bool) []generation {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out := make([]generation, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		if !concurrent {
+			out[i] = generate(ctx, e, j, nil, nil)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = generate(ctx, e, j, nil, nil)
+		}()
+	}
+	wg.Wait()
+	for i, g := range out {
+		if g.err != nil {
+			t.Fatalf("job %d: %v", i, g.err)
+		}
+	}
+	return out
+}
+
+func sameGenerations(t testing.TB, got, want []generation) {
+	t.Helper()
+	for i := range want {
+		if !slices.EqualFunc(got[i].ids, want[i].ids, slices.Equal) {
+			t.Errorf("job %d: token ids %v, the whole model's %v", i, got[i].ids, want[i].ids)
+		}
+		for c := range want[i].logprobs {
+			g, w := got[i].logprobs[c], want[i].logprobs[c]
+			if len(g) != len(w) {
+				t.Errorf("job %d choice %d: %d logprobs, the whole model's %d", i, c, len(g), len(w))
+				continue
+			}
+			for k := range w {
+				if math.Float64bits(g[k]) != math.Float64bits(w[k]) {
+					t.Errorf("job %d choice %d: logprob %d is %v, the whole model's %v", i, c, k, g[k], w[k])
+					break
+				}
+			}
+		}
+	}
+}
+
+// TestHeadMatchesWholeModel: a Head over 2 and 3 stages (real TLS between
+// the stages) generates what a runner on the whole model generates, token
+// id for token id and logprob for logprob, for every fixture architecture
+// and format: greedy (argmax on the last stage), seeded sampling with
+// penalties (drawn on the last stage), sampling with logprobs (logits
+// back to the head), two choices. Fixtures whose kernels are batch
+// invariant also run the requests concurrently (then the pipeline's lanes
+// batch them differently from the whole model's one scheduler, which
+// changes no bits there).
+func TestHeadMatchesWholeModel(t *testing.T) {
+	for _, fx := range execFixtures() {
+		t.Run(fx.name, func(t *testing.T) {
+			rc := fixtureRunner(fx.path, fx.opts)
+			whole, err := runner.New(rc, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer whole.Close()
+			jobs := requests(whole.Model().VocabSize())
+			want := runAll(t, whole, jobs, false)
+			if fx.invariant {
+				sameGenerations(t, runAll(t, whole, jobs, true), want)
+			}
+			secret := newSecret(t)
+			for k, stages := range splits(whole.Model().Config().NumHiddenLayers) {
+				tp := startPipeline(t, secret, fx.path, fx.opts, stages, uint64(k+1), rc)
+				sameGenerations(t, runAll(t, tp.head, jobs, false), want)
+				if fx.invariant {
+					sameGenerations(t, runAll(t, tp.head, jobs, true), want)
+				}
+				if p := tp.head.Runner().Stats().Passes; p == 0 {
+					t.Errorf("%d stages: the head's runner ran no passes", len(stages))
+				}
+			}
+		})
+	}
+}
+
+type execFixture struct {
+	name, path string
+	opts       engine.Options
+	invariant  bool
+}
+
+func execFixtures() []execFixture {
+	var fs []execFixture
+	for _, n := range []string{"qwen2", "qwen3", "qwen3_tied", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"} {
+		fs = append(fs, execFixture{name: "hf/" + n, path: filepath.Join("..", "testdata", "hf", n), invariant: true})
+	}
+	return append(fs,
+		execFixture{name: "hf/qwen3_5/kvf16+q4", path: filepath.Join("..", "testdata", "hf", "qwen3_5"), opts: engine.Options{KVF16: true, Quantize: "q4"}, invariant: true},
+		execFixture{name: "mlx/qwen3-4bit", path: filepath.Join("..", "testdata", "mlx", "qwen3-4bit")},
+		execFixture{name: "mlx/qwen3_5_moe-4bit", path: filepath.Join("..", "testdata", "mlx", "qwen3_5_moe-4bit")},
+		execFixture{name: "gguf/qwen3-q4_k_m", path: filepath.Join("..", "testdata", "gguf", "qwen3-q4_k_m.gguf")},
+		execFixture{name: "gguf/qwen3moe-q8_0", path: filepath.Join("..", "testdata", "gguf", "qwen3moe-q8_0.gguf")},
+	)
+}
+
+// splits are the 2- and 3-stage layouts of an n-layer model. A 2-layer
+// model has no 3-stage plan: a Plan's stages each hold at least one layer
+// (engine/qwen TestPipelineLogits covers the head-only stage).
+func splits(n int) [][]engine.Stage {
+	h := (n + 1) / 2
+	out := [][]engine.Stage{{{First: 0, Last: h}, {First: h, Last: n}}}
+	if n >= 3 {
+		out = append(out, []engine.Stage{{First: 0, Last: 1}, {First: 1, Last: n - 1}, {First: n - 1, Last: n}})
+	}
+	return out
+}
+
