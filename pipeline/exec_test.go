@@ -29,6 +29,12 @@ type testPipeline struct {
 // startPipeline loads path as the given stages and joins them as plan
 // epoch of model "m". The runner config comes from rc (ModelDir set).
 func startPipeline(t testing.TB, secret *cluster.Secret, path string, opts engine.Options, stages []engine.Stage, epoch uint64, rc runner.Config) *testPipeline {
+	return startPipelineWith(t, secret, path, opts, stages, epoch, rc, nil)
+}
+
+// startPipelineWith is startPipeline with edit applied to each member's
+// configuration before it joins.
+func startPipelineWith(t testing.TB, secret *cluster.Secret, path string, opts engine.Options, stages []engine.Stage, epoch uint64, rc runner.Config, edit func(i int, mc *MemberConfig)) *testPipeline {
 	t.Helper()
 	tp := &testPipeline{}
 	plan := Plan{Model: "m", Epoch: epoch}
@@ -59,7 +65,11 @@ func startPipeline(t testing.TB, secret *cluster.Secret, path string, opts engin
 		plan.Stages = append(plan.Stages, StageAddr{Worker: name, Addr: srv.Addr(), First: r.First, Last: r.Last})
 	}
 	for i, srv := range tp.servers {
-		m, err := srv.Join(context.Background(), MemberConfig{Plan: plan, Self: i, Model: tp.models[i], Runner: rc})
+		mc := MemberConfig{Plan: plan, Self: i, Model: tp.models[i], Runner: rc}
+		if edit != nil {
+			edit(i, &mc)
+		}
+		m, err := srv.Join(context.Background(), mc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,3 +293,62 @@ func splits(n int) [][]engine.Stage {
 	return out
 }
 
+// TestHeadPrefixCache: a prompt served again on a pipeline takes its
+// prefix from the cache of every stage (the head's usage reports it, every
+// stage's pool counts the hit) and generates the same tokens as the whole
+// model; so does another prompt sharing the prefix. For a hybrid model the
+// prefix ends at the snapshot every stage took. When a later stage has
+// none of the prefix (its prefix cache off), the head attaches none
+// either: nothing is cached and the output is still the whole model's.
+func TestHeadPrefixCache(t *testing.T) {
+	secret := newSecret(t)
+	for _, name := range []string{"qwen3", "qwen3_5", "qwen3_next"} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join("..", "testdata", "hf", name)
+			rc := fixtureRunner(path, engine.Options{})
+			whole, err := runner.New(rc, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer whole.Close()
+			V := whole.Model().VocabSize()
+			p := randomTokens(21, 150, V)
+			greedy := func(r *openai.CompletionRequest) { r.Temperature = ptrTo(0.0) }
+			jobs := []*job.Job{
+				completion(p, 8, greedy),
+				completion(p, 8, greedy),
+				completion(append(slices.Clone(p[:140]), randomTokens(22, 20, V)...), 8, greedy),
+			}
+			want := runAll(t, whole, jobs, false)
+			if want[1].cached == 0 {
+				t.Fatalf("the whole model cached nothing of a repeated prompt")
+			}
+			for k, stages := range splits(whole.Model().Config().NumHiddenLayers) {
+				tp := startPipeline(t, secret, path, engine.Options{}, stages, uint64(10+k), rc)
+				got := runAll(t, tp.head, jobs, false)
+				sameGenerations(t, got, want)
+				for i := range jobs {
+					if got[i].cached != want[i].cached {
+						t.Errorf("%d stages, job %d: %d prompt tokens cached, the whole model %d", len(stages), i, got[i].cached, want[i].cached)
+					}
+				}
+				for i, m := range tp.members[1:] {
+					if m.pool == nil || m.pool.Stats().Hits == 0 {
+						t.Errorf("%d stages: stage %d's pool had no prefix hit", len(stages), i+1)
+					}
+				}
+				// The last stage without a prefix cache: the head falls back.
+				tp = startPipelineWith(t, secret, path, engine.Options{}, stages, uint64(20+k), rc, func(i int, mc *MemberConfig) {
+					mc.Runner.NoPrefixCache = i == len(stages)-1
+				})
+				got = runAll(t, tp.head, jobs, false)
+				sameGenerations(t, got, want)
+				for i := range jobs {
+					if got[i].cached != 0 {
+						t.Errorf("%d stages, last without prefix cache, job %d: %d prompt tokens cached, want 0", len(stages), i, got[i].cached)
+					}
+				}
+			}
+		})
+	}
+}
