@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -347,6 +348,130 @@ func TestHeadPrefixCache(t *testing.T) {
 					if got[i].cached != 0 {
 						t.Errorf("%d stages, last without prefix cache, job %d: %d prompt tokens cached, want 0", len(stages), i, got[i].cached)
 					}
+				}
+			}
+		})
+	}
+}
+
+// TestStageLost: when a member of a 3-stage pipeline goes away mid-stream
+// (the middle one, or the last), every job in flight on the head fails
+// promptly with an error wrapping ErrStageLost (the worker resumes it
+// elsewhere), later jobs fail at once the same way, and every goroutine
+// stops (goleak in TestMain).
+func TestStageLost(t *testing.T) {
+	secret := newSecret(t)
+	path := filepath.Join("..", "testdata", "hf", "qwen3")
+	rc := fixtureRunner(path, engine.Options{})
+	rc.MaxContext = 4096
+	for _, victim := range []int{1, 2} {
+		t.Run(fmt.Sprintf("stage%d", victim), func(t *testing.T) {
+			tp := startPipeline(t, secret, path, engine.Options{}, splits(3)[1], uint64(30+victim), rc)
+			V := tp.models[0].VocabSize()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			const n = 4
+			started := make(chan struct{}, n)
+			errs := make(chan error, n)
+			for i := range n {
+				j := completion(randomTokens(40+i, 9, V), 4000, func(r *openai.CompletionRequest) {
+					r.Temperature, r.Seed = ptrTo(0.8), ptrTo(int64(i))
+				})
+				go func() {
+					var once sync.Once
+					g := generate(ctx, tp.head, j, nil, func([][]int) { once.Do(func() { started <- struct{}{} }) })
+					errs <- g.err
+				}()
+			}
+			for range n {
+				select {
+				case <-started:
+				case err := <-errs:
+					t.Fatalf("a job ended before the stage was lost: %v", err)
+				}
+			}
+			t0 := time.Now()
+			tp.members[victim].Close()
+			for range n {
+				err := <-errs
+				if !errors.Is(err, ErrStageLost) {
+					t.Errorf("job error %v, want ErrStageLost", err)
+				}
+			}
+			if d := time.Since(t0); d > 20*time.Second {
+				t.Errorf("jobs took %v to fail after the stage was lost", d)
+			}
+			g := generate(ctx, tp.head, completion([]int{1, 2, 3}, 4, nil), nil, nil)
+			if !errors.Is(g.err, ErrStageLost) {
+				t.Errorf("a job after the loss: %v, want ErrStageLost", g.err)
+			}
+		})
+	}
+}
+
+// TestResumeOnFreshPlan: a job on a 3-stage pipeline loses a stage after
+// some tokens; resumed (job.Resume with the tokens reported so far) on a
+// new plan of another epoch and shape (2 stages, other workers) it
+// continues exactly as the whole model generates, for a greedy and a
+// seeded sampled job, on an attention and a hybrid model.
+func TestResumeOnFreshPlan(t *testing.T) {
+	secret := newSecret(t)
+	for _, name := range []string{"qwen3", "qwen3_5"} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join("..", "testdata", "hf", name)
+			rc := fixtureRunner(path, engine.Options{})
+			whole, err := runner.New(rc, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer whole.Close()
+			V := whole.Model().VocabSize()
+			n := whole.Model().Config().NumHiddenLayers
+			jobs := []*job.Job{
+				completion(randomTokens(51, 80, V), 40, func(r *openai.CompletionRequest) { r.Temperature = ptrTo(0.0) }),
+				completion(randomTokens(52, 30, V), 40, func(r *openai.CompletionRequest) {
+					r.Temperature, r.Seed, r.PresencePenalty = ptrTo(0.9), ptrTo(int64(9)), ptrTo(0.5)
+				}),
+			}
+			want := runAll(t, whole, jobs, false)
+			for i, j := range jobs {
+				old := startPipeline(t, secret, path, engine.Options{}, splits(n)[1], uint64(100+i), rc)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				kill := make(chan struct{})
+				var once sync.Once
+				res := make(chan generation, 1)
+				go func() {
+					res <- generate(ctx, old.head, j, nil, func(ids [][]int) {
+						if len(ids[0]) >= 10 {
+							once.Do(func() { close(kill) })
+						}
+					})
+				}()
+				select {
+				case <-kill:
+				case g := <-res:
+					cancel()
+					t.Fatalf("job %d ended before the stage was lost: %v", i, g.err)
+				}
+				old.members[2].Close()
+				g := <-res
+				cancel()
+				if !errors.Is(g.err, ErrStageLost) {
+					t.Fatalf("job %d: %v, want ErrStageLost", i, g.err)
+				}
+				sent := g.ids[0]
+				if len(sent) >= len(want[i].ids[0]) {
+					t.Fatalf("job %d: %d tokens sent before the loss: nothing left to resume", i, len(sent))
+				}
+				fresh := startPipeline(t, secret, path, engine.Options{}, splits(n)[0], uint64(200+i), rc)
+				ctx, cancel = context.WithTimeout(context.Background(), 2*time.Minute)
+				r := generate(ctx, fresh.head, j, &job.Resume{Tokens: [][]int{slices.Clone(sent)}}, nil)
+				cancel()
+				if r.err != nil {
+					t.Fatalf("job %d resumed: %v", i, r.err)
+				}
+				if got := append(slices.Clone(sent), r.ids[0]...); !slices.Equal(got, want[i].ids[0]) {
+					t.Errorf("job %d: %d tokens before the loss + resumed %v, the whole model's %v", i, len(sent), got, want[i].ids[0])
 				}
 			}
 		})
