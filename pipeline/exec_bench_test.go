@@ -13,6 +13,7 @@ import (
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/engine/checkpoint"
 	"github.com/macpool/macpool/engine/synth"
 	"github.com/macpool/macpool/job"
 	"github.com/macpool/macpool/runner"
@@ -75,6 +76,7 @@ func BenchmarkPipelineDecode(b *testing.B) {
 		rc.ModelDir, rc.TokensOnly, rc.AllowNoEOS, rc.MaxContext = b.TempDir(), true, true, promptLen+gen+64
 		var eng resumer
 		var closers []func()
+		var members []*Member
 		if stages == 1 {
 			be, err := engine.NewBackend(engine.Options{Threads: t, KVF16: true})
 			if err != nil {
@@ -92,13 +94,19 @@ func BenchmarkPipelineDecode(b *testing.B) {
 			closers = append(closers, func() { r.Close(); m.Close(); be.Close() })
 			eng = r
 		} else {
-			eng = benchPipeline(b, secret, src, stages, t, rc).head
+			tp := benchPipeline(b, secret, src, stages, t, rc)
+			eng, members = tp.head, tp.members
 		}
 		for _, streams := range []int{1, 8} {
 			b.Run(fmt.Sprintf("stages=%d/streams=%d", stages, streams), func(b *testing.B) {
 				V := src.Config().VocabSize
 				benchRun(b, eng, streams, promptLen, gen, V, -1) // warm up
 				var ttft, decode float64
+				before := make([]time.Duration, len(members))
+				for i, m := range members {
+					before[i] = m.Stats().Compute
+				}
+				t0 := time.Now()
 				b.ResetTimer()
 				for it := range b.N {
 					tt, dr := benchRun(b, eng, streams, promptLen, gen, V, it)
@@ -109,6 +117,11 @@ func BenchmarkPipelineDecode(b *testing.B) {
 				b.ReportMetric(ttft/float64(b.N)*1e3, "ttft_ms")
 				b.ReportMetric(decode/float64(b.N), "decode_tok/s")
 				b.ReportMetric(float64(t), "threads/stage")
+				// How busy each stage was: its compute time over the wall time.
+				wall := time.Since(t0)
+				for i, m := range members {
+					b.ReportMetric(100*float64(m.Stats().Compute-before[i])/float64(wall), fmt.Sprintf("%%busy_s%d", i))
+				}
 			})
 		}
 		for _, c := range closers {
@@ -117,18 +130,18 @@ func BenchmarkPipelineDecode(b *testing.B) {
 	}
 }
 
-// benchPipeline builds the stages of src (contiguous, near equal layer
-// counts) each on a backend of threads cores, and joins them.
+// benchPipeline builds the stages of src (contiguous layer ranges that
+// balance the bytes each stage reads per token: its layers, the last stage
+// also the head) each on a backend of threads cores, and joins them.
 func benchPipeline(b *testing.B, secret *cluster.Secret, src *synth.Model, stages, threads int, rc runner.Config) *testPipeline {
-	n := src.Config().NumHiddenLayers
 	var models []*engine.Model
-	for i := range stages {
+	for _, st := range balancedStages(src, stages) {
 		be, err := engine.NewBackend(engine.Options{Threads: threads, KVF16: true})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { be.Close() })
-		m, err := engine.NewStage(be, src, engine.Stage{First: i * n / stages, Last: (i + 1) * n / stages})
+		m, err := engine.NewStage(be, src, st)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -136,6 +149,53 @@ func benchPipeline(b *testing.B, secret *cluster.Secret, src *synth.Model, stage
 		models = append(models, m)
 	}
 	return joinPipeline(b, secret, models, 1, rc, nil)
+}
+
+// balancedStages splits src's layers into n contiguous stages minimising
+// the largest stage's bytes read per token (the embedding is a lookup and
+// not counted; the head goes with the last stage).
+func balancedStages(src *synth.Model, n int) []engine.Stage {
+	L := src.Config().NumHiddenLayers
+	cost := make([]int64, L)
+	var head int64
+	for _, name := range src.Names() {
+		if i, ok := checkpoint.LayerIndex(name); ok && i < L {
+			cost[i] += int64(src.Bytes(name))
+		} else if name == "lm_head.weight" || (name == "model.embed_tokens.weight" && !src.Has("lm_head.weight")) {
+			head += int64(src.Bytes(name))
+		}
+	}
+	var best []engine.Stage
+	var bestMax int64 = -1
+	// Every choice of n-1 cut points (n ≤ 3 in the benchmark).
+	var rec func(first int, cuts []int)
+	rec = func(first int, cuts []int) {
+		if len(cuts) == n-1 {
+			bounds := append(append([]int{0}, cuts...), L)
+			var worst int64
+			var sts []engine.Stage
+			for k := range n {
+				var c int64
+				for i := bounds[k]; i < bounds[k+1]; i++ {
+					c += cost[i]
+				}
+				if k == n-1 {
+					c += head
+				}
+				worst = max(worst, c)
+				sts = append(sts, engine.Stage{First: bounds[k], Last: bounds[k+1]})
+			}
+			if bestMax < 0 || worst < bestMax {
+				best, bestMax = sts, worst
+			}
+			return
+		}
+		for c := first + 1; c <= L-(n-1-len(cuts)); c++ {
+			rec(c, append(cuts, c))
+		}
+	}
+	rec(0, nil)
+	return best
 }
 
 // benchRun runs streams concurrent greedy jobs; it returns the mean time to
