@@ -487,3 +487,56 @@ func TestResumeOnFreshPlan(t *testing.T) {
 		})
 	}
 }
+
+// TestHeadPreemption: with KV pools too small for the concurrent jobs the
+// head preempts sequences (their blocks go to others, their tokens are
+// recomputed later); the later stages, whose pools are as small, free
+// theirs too, and every job still generates the whole model's tokens.
+func TestHeadPreemption(t *testing.T) {
+	path := filepath.Join("..", "testdata", "hf", "qwen3")
+	rc := fixtureRunner(path, engine.Options{})
+	rc.KVBlockSize, rc.KVBlocks = 16, 24
+	whole, err := runner.New(rc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	V := whole.Model().VocabSize()
+	var jobs []*job.Job
+	for i := range 6 {
+		jobs = append(jobs, completion(randomTokens(60+i, 70, V), 60, func(r *openai.CompletionRequest) { r.Temperature = ptrTo(0.0) }))
+	}
+	want := runAll(t, whole, jobs, false)
+	tp := startPipeline(t, newSecret(t), path, engine.Options{}, splits(3)[1], 300, rc)
+	sameGenerations(t, runAll(t, tp.head, jobs, true), want)
+	if p := tp.head.Runner().Stats().Preemptions; p == 0 {
+		t.Errorf("no preemption: the test needs a pool too small for its jobs")
+	}
+}
+
+// TestCancelledAttach: an attach whose request is cancelled before the
+// last stage answers leaves the pipeline serving (the late answer is
+// dropped, not taken for a broken stage).
+func TestCancelledAttach(t *testing.T) {
+	path := filepath.Join("..", "testdata", "hf", "qwen3")
+	rc := fixtureRunner(path, engine.Options{})
+	tp := startPipeline(t, newSecret(t), path, engine.Options{}, splits(3)[1], 400, rc)
+	V := tp.models[0].VocabSize()
+	if g := runAll(t, tp.head, []*job.Job{completion([]int{1, 2, 3}, 2, nil)}, false); len(g[0].ids[0]) != 2 {
+		t.Fatalf("warm-up job: %v", g[0].ids)
+	}
+	toks := randomTokens(70, 40, V)
+	for i := range 50 {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		id := uint64(1_000_000 + i)
+		if _, err := tp.head.Attach(ctx, id, toks); err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("attach: %v", err)
+		}
+		tp.head.Forget(id)
+	}
+	g := runAll(t, tp.head, []*job.Job{completion(toks, 4, nil)}, false)
+	if len(g[0].ids[0]) != 4 {
+		t.Errorf("job after cancelled attaches: %v", g[0].ids)
+	}
+}
