@@ -68,8 +68,8 @@ type instrumentedStream struct {
 
 	mu       sync.Mutex
 	worker   string
-	last     time.Time // previous token event
-	counted  int       // token events counted before usage arrived
+	last     time.Time     // previous token event
+	counted  int           // token events counted before usage arrived
 	status   int           // 0 until the outcome is known
 	err      *openai.Error // the error that set status, if any
 	recorded bool
