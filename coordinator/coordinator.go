@@ -213,10 +213,11 @@ type Coordinator struct {
 	ensured  sync.Map // model -> int: stream and consumer exist with this many replicas
 	ensureMu sync.Mutex
 
-	keyStreams keyStreams // open streams per API key (keys_limit.go)
-	models     modelState // model install progress, placement tombstones (models.go)
-	routes     router     // workers' prefix summaries (routing.go)
-	keyUse     keyUse     // last use of API keys (keys.go)
+	keyStreams keyStreams    // open streams per API key (keys_limit.go)
+	models     modelState    // model install progress, placement tombstones (models.go)
+	routes     router        // workers' prefix summaries (routing.go)
+	reports    workerReports // the same summaries for Status (status.go)
+	keyUse     keyUse        // last use of API keys (keys.go)
 	// leadSince is when this node last became the Raft leader (unix ns;
 	// restart.go: placement grace).
 	leadSince atomic.Int64
@@ -555,6 +556,8 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	go func() { defer c.loops.Done(); c.touchLoop(c.stopCtx) }() // keys.go
 	c.loops.Add(1)
 	go func() { defer c.loops.Done(); c.routeLoop(c.stopCtx) }() // routing.go
+	c.loops.Add(1)
+	go func() { defer c.loops.Done(); c.reportLoop(c.stopCtx) }() // status.go
 	c.loops.Add(1)
 	go func() { defer c.loops.Done(); c.modelsLoop(c.stopCtx) }() // models.go
 	select {
