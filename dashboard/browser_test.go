@@ -150,9 +150,7 @@ func TestBrowser(t *testing.T) {
 		reg.AddGeneratedTokens("mac-mini-2", "qwen3-0.6b", 15)
 		reg.ObserveTTFT("qwen3-8b", 300*time.Millisecond)      // bucket (0.25, 0.5]: p50 interpolates to 375 ms
 		reg.ObserveInterToken("qwen3-8b", 20*time.Millisecond) // bucket (0.01, 0.02]: p50 15 ms
-		if scrapes.Add(1) == 4 {
-			reg.Error("worker_failed")
-		}
+		scrapes.Add(1)
 		reg.Handler().ServeHTTP(w, r)
 	})
 
@@ -248,10 +246,49 @@ func TestBrowser(t *testing.T) {
 	if m := text(`tr[data-model="qwen3-8b"]`); !strings.Contains(m, "mac-mini-2: fetching 25% (peers)") || strings.Contains(m, "mac-studio-1: ready") {
 		t.Errorf("model row %q lacks the install progress of mac-mini-2 (only)", m)
 	}
-	poll("error counter from metrics", `document.getElementById('errors').textContent.includes('worker_failed')`)
 	if placement := text(`tr[data-model="qwen3-0.6b"]`); !strings.Contains(placement, "mac-mini-2") ||
-		!strings.Contains(placement, "gguf") || !strings.Contains(placement, "0 / 4") {
-		t.Errorf("placement row %q lacks mac-mini-2, gguf, 0 / 4", placement)
+		!strings.Contains(placement, "gguf") || !strings.Contains(placement, "0 / 4") || !strings.Contains(placement, "610 MB") {
+		t.Errorf("placement row %q lacks mac-mini-2, gguf, 0 / 4, 610 MB", placement)
+	}
+	// What the worker reports of the model wins over the registry entry.
+	if m := text(`tr[data-model="qwen3-8b"]`); !strings.Contains(m, "mlx · 4bit") || !strings.Contains(m, "4.3 GB") ||
+		!strings.Contains(m, "41k tokens") || !strings.Contains(m, "mac-studio-1") {
+		t.Errorf("model row %q lacks mlx · 4bit, 4.3 GB, 41k tokens, mac-studio-1", m)
+	}
+	// Pipeline stages, when a model's status has them, replace the worker list.
+	if m := text(`tr[data-model="qwen3-32b"] td.placement`); !strings.Contains(m, "mac-studio-1 layers 0–39") || !strings.Contains(m, "mac-mini-2 layers 40–63") {
+		t.Errorf("stages %q, want mac-studio-1 layers 0–39 and mac-mini-2 layers 40–63", m)
+	}
+	if v := text(`tr[data-node="office-coord"] td.ver`); !strings.Contains(v, "v0.9.1") || !strings.Contains(v, "up 2 h 0 min") {
+		t.Errorf("coordinator version/uptime %q, want v0.9.1, up 2 h 0 min", v)
+	}
+	if v := text(`tr[data-node="mac-mini-2"] td.ver`); !strings.Contains(v, "v0.9.0") || !strings.Contains(v, "uptime unknown") {
+		t.Errorf("mac-mini-2 version/uptime %q, want v0.9.0, uptime unknown", v)
+	}
+	if kv := text(`tr[data-node="mac-studio-1"] td.kv`); !strings.Contains(kv, "33k / 131k tokens") || !strings.Contains(kv, "4.5 GB / 18.0 GB") {
+		t.Errorf("KV cache free %q, want 33k / 131k tokens, 4.5 GB / 18.0 GB", kv)
+	}
+	for id, want := range map[string]string{"sum-rate": "42.0", "sum-errrate": "5.0", "sum-cancelrate": "2.0", "sum-qwait": "13 ms / 840 ms"} {
+		if got := text("#" + id); got != want {
+			t.Errorf("#%s got %q, want %q", id, got, want)
+		}
+	}
+	if sec := text(`#security`); !strings.Contains(sec, "cluster encrypted") || !strings.Contains(sec, "API keys required (3 stored)") {
+		t.Errorf("security %q", sec)
+	}
+	// The coordinator's recent errors, newest first, every value as text:
+	// the model name that is an <img> tag must not become one.
+	errs := text(`#errors`)
+	i499, i404, i503 := strings.Index(errs, "499"), strings.Index(errs, "404"), strings.Index(errs, "503")
+	if i499 < 0 || i404 < i499 || i503 < i404 || !strings.Contains(errs, "model_not_found") ||
+		!strings.Contains(errs, "the client went away") || !strings.Contains(errs, "worker mac-mini-2 failed mid-stream") {
+		t.Errorf("recent errors %q, want 499, 404, 503 in that order with their messages", errs)
+	}
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#errors img, #errors [onerror]').length`)); err != nil || n != 0 {
+		t.Errorf("the error list made %d elements of a message (%v): not escaped", n, err)
+	}
+	if !strings.Contains(errs, "<img src=x onerror=alert(1)>") {
+		t.Errorf("recent errors %q lack the model name as text", errs)
 	}
 
 	// Playground: the reply must appear piece by piece, then complete.
