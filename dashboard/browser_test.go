@@ -171,54 +171,8 @@ func TestBrowser(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox, // root in CI containers
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 1100),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-
-	start := time.Now()
-	// The first call starts the browser and must not carry a timeout (it
-	// would end the browser); later steps are bounded.
-	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/dashboard")); err != nil {
-		t.Fatalf("start Chromium and open the dashboard: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(bctx, 40*time.Second)
-	defer cancel()
-	do := func(name string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v (after %v)", name, err, time.Since(start))
-		}
-	}
-	poll := func(name, expr string) {
-		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr)); err != nil {
-			t.Fatalf("wait for %s: %v (after %v)", name, err, time.Since(start))
-		}
-	}
-	// text reads an element's text in one evaluation: the page re-renders
-	// its tables on every poll, so a node found by one DevTools call can be
-	// gone by the next.
-	text := func(sel string) string {
-		t.Helper()
-		q, _ := json.Marshal(sel)
-		s, err := chromedp.Run(ctx, chromedp.Poll[string](`(() => {
-			const e = document.querySelector(`+string(q)+`);
-			return e === null ? null : e.innerText; })()`))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return s
-	}
+	b := openBrowser(t, chromium, srv.URL+"/dashboard", 40*time.Second)
+	ctx, do, poll, text := b.ctx, b.do, b.poll, b.text
 
 	// Live nodes.
 	do("node rows", chromedp.WaitVisible(chromedp.CSS(`tr[data-node="mac-studio-1"]`)))
@@ -284,8 +238,8 @@ func TestBrowser(t *testing.T) {
 		!strings.Contains(errs, "the client went away") || !strings.Contains(errs, "worker mac-mini-2 failed mid-stream") {
 		t.Errorf("recent errors %q, want 499, 404, 503 in that order with their messages", errs)
 	}
-	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#errors img, #errors [onerror]').length`)); err != nil || n != 0 {
-		t.Errorf("the error list made %d elements of a message (%v): not escaped", n, err)
+	if n := eval[int](b, `document.querySelectorAll('#errors img, #errors [onerror]').length`); n != 0 {
+		t.Errorf("the error list made %d elements of a message: not escaped", n)
 	}
 	if !strings.Contains(errs, "<img src=x onerror=alert(1)>") {
 		t.Errorf("recent errors %q lack the model name as text", errs)
@@ -321,18 +275,101 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("service got job %+v, want a streamed chat for qwen3-8b with the one message", job)
 	}
 
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	path := filepath.Join(artifactDir(t), "dashboard.png")
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d bytes), browser steps took %v", path, len(png), time.Since(start))
-
-	cancel()
-	cancelBrowser()
-	cancelAlloc()
+	b.screenshot("dashboard.png")
+	b.close()
 	apiSrv.Close()
+}
+
+// browser is a headless Chromium showing one page, with the steps the
+// browser tests take; every step is bounded by the deadline openBrowser got.
+type browser struct {
+	t     *testing.T
+	ctx   context.Context
+	start time.Time
+	close func()
+}
+
+// openBrowser starts Chromium on url; close (also at the end of the test)
+// stops it.
+func openBrowser(t *testing.T, chromium, url string, limit time.Duration) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.NoSandbox, // root in CI containers
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1100),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	b := &browser{t: t, start: time.Now()}
+	// The first call starts the browser and must not carry a timeout (it
+	// would end the browser); later steps are bounded.
+	if err := chromedp.Do(bctx, chromedp.Navigate(url)); err != nil {
+		cancelBrowser()
+		cancelAlloc()
+		t.Fatalf("start Chromium and open the dashboard: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, limit)
+	var once sync.Once
+	b.ctx = ctx
+	b.close = func() { once.Do(func() { cancel(); cancelBrowser(); cancelAlloc() }) }
+	t.Cleanup(b.close)
+	return b
+}
+
+func (b *browser) do(name string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v (after %v)", name, err, time.Since(b.start))
+	}
+}
+
+// poll waits until the JavaScript expression is truthy.
+func (b *browser) poll(name, expr string) {
+	b.t.Helper()
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[chromedp.Void](expr)); err != nil {
+		b.t.Fatalf("wait for %s: %v (after %v)", name, err, time.Since(b.start))
+	}
+}
+
+// text reads an element's text in one evaluation: the page re-renders
+// its tables on every poll, so a node found by one DevTools call can be
+// gone by the next.
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	q, _ := json.Marshal(sel)
+	s, err := chromedp.Run(b.ctx, chromedp.Poll[string](`(() => {
+		const e = document.querySelector(`+string(q)+`);
+		return e === null ? null : e.innerText; })()`))
+	if err != nil {
+		b.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return s
+}
+
+// eval evaluates a JavaScript expression.
+func eval[T any](b *browser, expr string) T {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// screenshot saves the page into artifactDir.
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(artifactDir(b.t), name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot: %s (%d bytes), browser steps took %v", path, len(png), time.Since(b.start))
 }

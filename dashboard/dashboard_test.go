@@ -13,7 +13,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// TestBrowserCluster's in-process cluster: process-wide singletons
+		// of the libraries, and memberlist's probe that Shutdown does not
+		// wait for (as in the coordinator's tests).
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+		goleak.IgnoreAnyFunction("github.com/hashicorp/raft.(*NetworkTransport).listen"),
+		goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"),
+	)
 }
 
 func TestValidate(t *testing.T) {

@@ -167,7 +167,7 @@
   }
 
   // ---- polling ----
-  const state = { status: null, statusAt: 0, tps: {}, lastTokens: null, failures: 0, lastOK: 0, drains: {} };
+  const state = { status: null, statusAt: 0, tps: {}, lastTokens: null, failures: 0, lastOK: 0, drains: {}, refusedKey: null };
 
   // The status wants an API key once the cluster stores keys: the one typed
   // into the page.
@@ -176,7 +176,9 @@
     if (!r.ok) {
       let msg = cfg.status + ": HTTP " + r.status;
       if (r.status === 401) msg += " (type an API key into the page)";
-      throw new Error(msg);
+      const err = new Error(msg);
+      err.status = r.status;
+      throw err;
     }
     return r.json();
   }
@@ -220,9 +222,19 @@
     $("conn-text").textContent = text;
   }
 
+  // poll refreshes the page once. After a 401 it stops asking for the
+  // status until the API key field changes: every refused request is a
+  // recent error of the coordinator, and a page left open without a key
+  // would fill that list with its own.
   async function poll() {
     try {
+      const key = $("chat-key").value.trim();
+      if (state.refusedKey !== null && key === state.refusedKey) {
+        await fetchMetrics();
+        return;
+      }
       const [st] = await Promise.all([fetchStatus(), fetchMetrics()]);
+      state.refusedKey = null;
       state.status = st;
       state.statusAt = Date.now();
       state.failures = 0;
@@ -232,7 +244,12 @@
       renderErrors();
     } catch (e) {
       state.failures++;
-      setConn("down", "status unavailable");
+      if (e.status === 401) {
+        state.refusedKey = $("chat-key").value.trim();
+        setConn("down", state.refusedKey ? "the API key was refused" : "an API key is needed: type it into the page");
+      } else {
+        setConn("down", "status unavailable");
+      }
       if (state.failures === 1 || state.failures % 30 === 0) addError("dashboard", "cannot load cluster status: " + e.message);
     } finally {
       setTimeout(poll, pollMs);
@@ -295,7 +312,7 @@
           el("td", { class: "hw" }, hw || el("span", { class: "sub" }, "unknown")),
           el("td", {}, (n.models || []).map((m) => el("span", { class: "badge" }, m))),
           el("td", { class: "load" }, load),
-          el("td", { class: "num kv" }, kv),
+          el("td", { class: "num kv", "data-kv-tokens": n.kv_tokens ? String(n.kv_tokens) : null, "data-kv-bytes": n.kv_bytes ? String(n.kv_bytes) : null }, kv),
           el("td", { class: "num tps" }, tps),
           el("td", { class: "action" }, action));
       }));
@@ -329,8 +346,8 @@
         const total = nodes.reduce((a, n) => a + (n.slots || 0), 0);
         return el("tr", { "data-model": spec.name },
           el("td", {}, el("div", { class: "name" }, spec.name), detail ? el("div", { class: "sub detail" }, detail) : null),
-          el("td", { class: "num size" }, size ? fmtBytes(size) : "–"),
-          el("td", { class: "num context" }, contexts.length ? contexts.map((c) => fmtTokens(c)).join(" – ") + " tokens" : "–"),
+          el("td", { class: "num size", "data-size": size ? String(size) : null }, size ? fmtBytes(size) : "–"),
+          el("td", { class: "num context", "data-context": contexts.length ? contexts.join(",") : null }, contexts.length ? contexts.map((c) => fmtTokens(c)).join(" – ") + " tokens" : "–"),
           el("td", { class: "placement" }, placement(st, spec, nodes), installs(st, spec.name, nodes)),
           el("td", { class: "num" }, nodes.length ? free + " / " + total : "–"),
           el("td", { class: "num queued" }, String(queued[spec.name] || 0)));
