@@ -108,7 +108,10 @@ type Config struct {
 	// NoPrefixRouting turns off offering jobs to the worker that holds
 	// their longest prefix (routing.go); every job goes to the queue.
 	NoPrefixRouting bool
-	// Metrics, if set, records the queue wait of every job (nil-safe).
+	// Metrics, if set, records the queue wait of every job (nil-safe);
+	// Status reports its recent view (failed requests, rates, queue wait),
+	// so the service handed to the HTTP layer should be instrumented with
+	// the same registry (Registry.Instrument, as cmd/macpool does).
 	Metrics *metrics.Registry
 	// Secret, if set, is the cluster secret (docs/security.md): gossip is
 	// encrypted with it, the embedded NATS servers require mutual TLS and
