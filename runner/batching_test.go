@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -256,6 +257,37 @@ func TestPrefixSummary(t *testing.T) {
 	if s.Context != 2048 || s.Format != "safetensors" || s.Quantization != "bf16" || s.Size < 1000 {
 		t.Errorf("summary model fields: context %d format %q quantization %q size %d, want 2048 safetensors bf16 >1000",
 			s.Context, s.Format, s.Quantization, s.Size)
+	}
+}
+
+// A Hugging Face cache snapshot holds links into its blobs folder: the
+// size is the linked files'.
+func TestDescribeFollowsLinks(t *testing.T) {
+	root := t.TempDir()
+	blobs, snap := filepath.Join(root, "blobs"), filepath.Join(root, "snapshots", "rev")
+	for _, d := range []string{blobs, snap} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]int{"config.json": 0, "model.safetensors": 5000}
+	var want int64
+	for name, size := range files {
+		body := []byte(strings.Repeat("x", size))
+		if name == "config.json" {
+			body = []byte(`{"torch_dtype":"bfloat16"}`)
+		}
+		want += int64(len(body))
+		blob := filepath.Join(blobs, "sha-"+name)
+		if err := os.WriteFile(blob, body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..", "..", "blobs", "sha-"+name), filepath.Join(snap, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if info := describe(snap, ""); info.size != want || info.format != "safetensors" || info.quant != "bf16" {
+		t.Errorf("got %+v, want size %d, safetensors, bf16", info, want)
 	}
 }
 

@@ -37,14 +37,7 @@ func describe(dir, quantize string) modelInfo {
 		}
 	} else {
 		info.format, info.quant = folderFormat(dir)
-		filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-			if err == nil && d.Type().IsRegular() {
-				if fi, err := d.Info(); err == nil {
-					info.size += fi.Size()
-				}
-			}
-			return nil
-		})
+		info.size = dirSize(dir)
 	}
 	if quantize != "" {
 		info.quant = strings.ToLower(quantize) + " (at load)"
@@ -118,4 +111,21 @@ func folderFormat(dir string) (format, quant string) {
 
 type mlxBits struct {
 	Bits int `json:"bits"`
+}
+
+// dirSize is the bytes of the files under dir, following links to files:
+// a Hugging Face cache snapshot is links into its blobs folder.
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		fi, err := os.Stat(path) // follows a link
+		if err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
 }
