@@ -307,7 +307,8 @@ func splits(n int) [][]engine.Stage {
 // TestHeadPrefixCache: a prompt served again on a pipeline takes its
 // prefix from the cache of every stage (the head's usage reports it, every
 // stage's pool counts the hit) and generates the same tokens as the whole
-// model; so does another prompt sharing the prefix. For a hybrid model the
+// model; so does another prompt sharing the prefix. The head's routing
+// summary has the whole model's keys. For a hybrid model the
 // prefix ends at the snapshot every stage took. When a later stage has
 // none of the prefix (its prefix cache off), the head attaches none
 // either: nothing is cached and the output is still the whole model's.
@@ -342,6 +343,11 @@ func TestHeadPrefixCache(t *testing.T) {
 					if got[i].cached != want[i].cached {
 						t.Errorf("%d stages, job %d: %d prompt tokens cached, the whole model %d", len(stages), i, got[i].cached, want[i].cached)
 					}
+				}
+				// Cache-aware routing: the head advertises the prefixes it
+				// served, as a worker with the whole model does.
+				if got, want := tp.head.RoutingSummary(64), whole.RoutingSummary(64); len(want.Keys) == 0 || !slices.Equal(got.Keys, want.Keys) || got.Blocks == 0 {
+					t.Errorf("%d stages: routing summary keys %v (%d blocks), the whole model's %v", len(stages), got.Keys, got.Blocks, want.Keys)
 				}
 				for i, m := range tp.members[1:] {
 					if m.pool == nil || m.pool.Stats().Hits == 0 {
