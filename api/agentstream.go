@@ -74,6 +74,7 @@ func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream,
 		return
 	}
 	w := newSSEWriter(c.Writer, s.cfg.StreamWriteTimeout)
+	resumable(c, w, st)
 	w.start()
 	defer w.end()
 	pw.open(w)
@@ -98,7 +99,9 @@ func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream,
 			return
 		}
 		if w.flush() != nil {
-			return // client gone; ctx is cancelled too
+			setOutcome(c, statusClientGone) // ctx is cancelled too
+			c.Set(ctxDetach, true)
+			return
 		}
 		var err error
 		ev, err = st.Recv(ctx)
@@ -107,6 +110,8 @@ func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream,
 		}
 		if err != nil {
 			if ctx.Err() != nil {
+				setOutcome(c, statusClientGone)
+				c.Set(ctxDetach, true)
 				return
 			}
 			pw.fail(w, asError(err))

@@ -8,10 +8,18 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/macpool/macpool/api/openai"
+	"github.com/macpool/macpool/job"
 )
 
-// sseWriter writes "data: {json}\n\n" frames and flushes each write.
+// sseWriter writes "data: {json}\n\n" frames and flushes each write. On a
+// resumable stream (job.Resumable) every frame also gets "id: TOKEN:N", N
+// counting the stream's frames from 0; a resumed stream renders all its
+// frames again and drops the first skip ones, which the client has.
 type sseWriter struct {
+	token string // job.Resumable.ResumeToken; "" = frames without ids
+	n     int    // frames so far, written or skipped
+	skip  int    // the first skip frames are not written (resumed stream)
+
 	w       gin.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration // per write; 0 = none (Config.StreamWriteTimeout)
@@ -39,8 +47,31 @@ func (s *sseWriter) start() {
 	s.w.Flush()
 }
 
+// next starts frame s.n: it reports whether the frame is written (not one
+// a resumed client has) and writes its id line.
+func (s *sseWriter) next() bool {
+	n := s.n
+	s.n++
+	if n < s.skip {
+		return false
+	}
+	if s.token != "" {
+		s.buf.WriteString("id: ")
+		s.buf.WriteString(job.EventID(s.token, n))
+		s.buf.WriteByte('\n')
+	}
+	return true
+}
+
 // add appends one frame to the pending buffer.
 func (s *sseWriter) add(v any) {
+	if s.next() {
+		s.data(v)
+	}
+}
+
+// data writes the data line of a frame.
+func (s *sseWriter) data(v any) {
 	s.buf.WriteString("data: ")
 	if err := s.enc.Encode(v); err != nil {
 		// Our own types always marshal; keep the stream well-formed anyway.
@@ -49,7 +80,11 @@ func (s *sseWriter) add(v any) {
 	s.buf.WriteByte('\n')
 }
 
-func (s *sseWriter) done() { s.buf.WriteString("data: [DONE]\n\n") }
+func (s *sseWriter) done() {
+	if s.next() {
+		s.buf.WriteString("data: [DONE]\n\n")
+	}
+}
 
 // flush writes the pending frames to the client.
 func (s *sseWriter) flush() error {
