@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -443,20 +444,16 @@ func (c *Coordinator) Resume(ctx context.Context, lastEventID string, j *job.Job
 	if err != nil || c.cfg.ResumeGrace <= 0 || tok.RequestID != j.ID {
 		return nil, streamNotFound(unknown)
 	}
-	st, err := c.journalStream(ctx)
-	if err != nil {
-		return nil, unavailable("the stream journal is unavailable: %v", err)
-	}
 	subject := cluster.SubjectSSEPrefix + tok.RequestID
-	m, err := getJournal(ctx, st, 1, subject)
+	m, err := c.readJournal(ctx, 1, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, streamNotFound(unknown)
 	}
 	if err != nil {
 		return nil, unavailable("read the stream journal: %v", err)
 	}
-	var head []journalRecord
-	if json.Unmarshal(m.Data, &head) != nil || len(head) == 0 || head[0].K != 0 || head[0].Head == nil || head[0].Head.Job == nil {
+	head := m.recs
+	if head[0].K != 0 || head[0].Head == nil || head[0].Head.Job == nil {
 		return nil, streamNotFound(unknown)
 	}
 	h := head[0].Head
@@ -466,8 +463,8 @@ func (c *Coordinator) Resume(ctx context.Context, lastEventID string, j *job.Job
 	if h.Hash != requestHash(j) {
 		return nil, openai.InvalidRequest("Last-Event-ID", "the Last-Event-ID belongs to a different request: re-send the request of the stream unchanged")
 	}
-	f := &follower{c: c, st: st, token: tok, subject: subject, head: h, seq: m.Sequence, log: c.log.With("request_id", j.ID)}
-	if last, err := getLastJournal(ctx, st, subject); err == nil {
+	f := &follower{c: c, token: tok, subject: subject, head: h, seq: m.seq, log: c.log.With("request_id", j.ID)}
+	if last, err := c.getLastJournal(ctx, subject); err == nil {
 		switch {
 		case last.Cancelled:
 			return nil, streamNotFound("the stream was cancelled: nobody resumed it within %v", c.cfg.ResumeGrace)
@@ -478,32 +475,91 @@ func (c *Coordinator) Resume(ctx context.Context, lastEventID string, j *job.Job
 	return f, nil
 }
 
-// getJournal reads the first journal message of subject at or after seq.
-func getJournal(ctx context.Context, st jetstream.Stream, seq uint64, subject string) (*jetstream.RawStreamMsg, error) {
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	return st.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(subject))
+// Journal reads are JetStream direct gets sent as plain requests: any
+// replica of the journal answers them, without the stream's or the meta
+// group's leader, which the coordinator that just died may have been (the
+// jetstream client's GetMsg first needs the stream's info from the meta
+// leader). A missing message is jetstream.ErrMsgNotFound; no responders
+// (the journal stream does not exist, or no replica is reachable yet) is
+// retried briefly by the callers.
+const directGet = "$JS.API.DIRECT.GET." + cluster.SSEStreamName
+
+type journalMsg struct {
+	seq  uint64
+	recs []journalRecord
 }
 
-func getLastJournal(ctx context.Context, st jetstream.Stream, subject string) (journalRecord, error) {
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	m, err := st.GetLastMsgForSubject(rctx, subject)
+// getJournal reads the first journal message of subject at or after seq.
+func (c *Coordinator) getJournal(ctx context.Context, seq uint64, subject string) (journalMsg, error) {
+	req, _ := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NextFor string `json:"next_by_subj"`
+	}{seq, subject})
+	return c.directGet(ctx, directGet, req)
+}
+
+// getLastJournal reads the last record of subject.
+func (c *Coordinator) getLastJournal(ctx context.Context, subject string) (journalRecord, error) {
+	m, err := c.directGet(ctx, directGet+"."+subject, nil)
 	if err != nil {
 		return journalRecord{}, err
 	}
+	return m.recs[len(m.recs)-1], nil
+}
+
+func (c *Coordinator) directGet(ctx context.Context, subject string, req []byte) (journalMsg, error) {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	m, err := c.nc.RequestWithContext(rctx, subject, req)
+	if err != nil {
+		return journalMsg{}, err
+	}
+	if len(m.Data) == 0 {
+		if st := m.Header.Get("Status"); st == "404" {
+			return journalMsg{}, jetstream.ErrMsgNotFound
+		} else if st != "" {
+			return journalMsg{}, fmt.Errorf("journal read: status %s %s", st, m.Header.Get("Description"))
+		}
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return journalMsg{}, fmt.Errorf("journal read: sequence header %q", m.Header.Get(jetstream.SequenceHeader))
+	}
 	var recs []journalRecord
 	if err := json.Unmarshal(m.Data, &recs); err != nil || len(recs) == 0 {
-		return journalRecord{}, fmt.Errorf("malformed journal message %d", m.Sequence)
+		return journalMsg{}, fmt.Errorf("malformed journal message %d", seq)
 	}
-	return recs[len(recs)-1], nil
+	return journalMsg{seq: seq, recs: recs}, nil
+}
+
+// readJournal is getJournal retried for up to followReadFor while the
+// journal is unreachable (a replica taking over); a missing stream after
+// that reads as not found.
+func (c *Coordinator) readJournal(ctx context.Context, seq uint64, subject string) (journalMsg, error) {
+	start := time.Now()
+	for {
+		m, err := c.getJournal(ctx, seq, subject)
+		if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) || ctx.Err() != nil {
+			return m, err
+		}
+		if time.Since(start) > followReadFor {
+			if errors.Is(err, nats.ErrNoResponders) {
+				return m, jetstream.ErrMsgNotFound
+			}
+			return m, err
+		}
+		select {
+		case <-ctx.Done():
+			return m, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // follower is a resumed stream: the journal replayed from its head, then
 // followed while its owner relays it, then taken over (owned).
 type follower struct {
 	c       *Coordinator
-	st      jetstream.Stream
 	token   job.StreamToken
 	subject string
 	head    *journalHead
@@ -590,42 +646,28 @@ func (f *follower) Recv(ctx context.Context) (*job.Event, error) {
 
 // read fetches the next journal message into buf (got false: none yet).
 func (f *follower) read(ctx context.Context) (got bool, err error) {
-	start := time.Now()
-	for {
-		m, err := getJournal(ctx, f.st, f.seq, f.subject)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return false, nil
-		}
-		if err == nil {
-			var recs []journalRecord
-			if err := json.Unmarshal(m.Data, &recs); err != nil {
-				return false, openai.ServerError("malformed journal message %d: %v", m.Sequence, err)
-			}
-			f.seq = m.Sequence + 1
-			for _, r := range recs {
-				switch {
-				case r.K < f.k: // written twice (a takeover race): the first copy counts
-				case r.K > f.k:
-					return false, unavailable("the stream's journal lost records %d to %d", f.k, r.K-1)
-				default:
-					f.buf = append(f.buf, r)
-					f.k++
-				}
-			}
-			return true, nil
-		}
+	m, err := f.c.readJournal(ctx, f.seq, f.subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
-		if time.Since(start) > followReadFor {
-			return false, unavailable("read the stream journal: %v", err)
-		}
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		return false, unavailable("read the stream journal: %v", err)
+	}
+	f.seq = m.seq + 1
+	for _, r := range m.recs {
+		switch {
+		case r.K < f.k: // written twice (a takeover race): the first copy counts
+		case r.K > f.k:
+			return false, unavailable("the stream's journal lost records %d to %d", f.k, r.K-1)
+		default:
+			f.buf = append(f.buf, r)
+			f.k++
 		}
 	}
+	return true, nil
 }
 
 // alive asks whether a coordinator relays the stream (extending its
