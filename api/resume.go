@@ -109,9 +109,11 @@ func resumable(c *gin.Context, w *sseWriter, st job.Stream) {
 
 // release ends the handler's use of st: Close, or Detach for a resumable
 // stream whose client went away mid-stream (the job goes on for a grace
-// period so that the client can resume it).
+// period so that the client can resume it) and for every resumed one (its
+// client has frames already, even if this attempt wrote none; Detach of a
+// finished stream is its Close).
 func release(c *gin.Context, st job.Stream) {
-	if r, ok := st.(job.Resumable); ok && c.GetBool(ctxDetach) {
+	if r, ok := st.(job.Resumable); ok && (c.GetBool(ctxDetach) || resumeOf(c.Request.Context()) != nil) {
 		r.Detach()
 		return
 	}

@@ -36,8 +36,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -268,7 +270,11 @@ func (c *Coordinator) startJournal(ctx context.Context, s *stream) {
 		return // a request id that cannot be a subject token (tests' own ids)
 	}
 	if _, err := c.journalStream(ctx); err != nil {
-		c.log.Warn("stream not resumable: no journal", "request_id", j.ID, "err", err)
+		level := slog.LevelDebug
+		if c.sse.warned.CompareAndSwap(false, true) {
+			level = slog.LevelWarn // once: it would be every streamed request
+		}
+		c.log.Log(ctx, level, "stream not resumable: no journal", "request_id", j.ID, "err", err)
 		return
 	}
 	s.jr = newJournal(tok)
@@ -293,6 +299,7 @@ func requestHash(j *job.Job) string {
 // sseJournal caches the journal stream (created on first use, its
 // replicas grown as coordinators join, never shrunk).
 type sseJournal struct {
+	warned   atomic.Bool // the journal was unavailable (logged once)
 	mu       sync.Mutex
 	st       jetstream.Stream
 	replicas int
