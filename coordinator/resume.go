@@ -56,7 +56,7 @@ const (
 	// goes to the client anyway: a journal whose JetStream leader died is
 	// leaderless for seconds, and the streams of the survivors must not
 	// stall meanwhile (they are resumable again once it caught up).
-	journalWait = 200 * time.Millisecond
+	journalWait = 100 * time.Millisecond
 	// journalBatch bounds the records of one journal message.
 	journalBatch = 256
 	// journalGiveUp is how long a writer retries one batch.
