@@ -452,7 +452,9 @@ func (c *Coordinator) Resume(ctx context.Context, lastEventID string, j *job.Job
 		return nil, streamNotFound(unknown)
 	}
 	subject := cluster.SubjectSSEPrefix + tok.RequestID
-	m, err := c.readJournal(ctx, 1, subject)
+	// No responders: no journal stream (nothing was ever streamed) or no
+	// replica reachable; with replicas a survivor answers at once.
+	m, err := c.readJournal(ctx, 1, subject, 2*time.Second)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, streamNotFound(unknown)
 	}
@@ -539,17 +541,17 @@ func (c *Coordinator) directGet(ctx context.Context, subject string, req []byte)
 	return journalMsg{seq: seq, recs: recs}, nil
 }
 
-// readJournal is getJournal retried for up to followReadFor while the
-// journal is unreachable (a replica taking over); a missing stream after
-// that reads as not found.
-func (c *Coordinator) readJournal(ctx context.Context, seq uint64, subject string) (journalMsg, error) {
+// readJournal is getJournal retried for up to patience while the journal
+// is unreachable (a replica taking over); a missing stream after that
+// reads as not found.
+func (c *Coordinator) readJournal(ctx context.Context, seq uint64, subject string, patience time.Duration) (journalMsg, error) {
 	start := time.Now()
 	for {
 		m, err := c.getJournal(ctx, seq, subject)
 		if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) || ctx.Err() != nil {
 			return m, err
 		}
-		if time.Since(start) > followReadFor {
+		if time.Since(start) > patience {
 			if errors.Is(err, nats.ErrNoResponders) {
 				return m, jetstream.ErrMsgNotFound
 			}
@@ -653,7 +655,7 @@ func (f *follower) Recv(ctx context.Context) (*job.Event, error) {
 
 // read fetches the next journal message into buf (got false: none yet).
 func (f *follower) read(ctx context.Context) (got bool, err error) {
-	m, err := f.c.readJournal(ctx, f.seq, f.subject)
+	m, err := f.c.readJournal(ctx, f.seq, f.subject, followReadFor)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}

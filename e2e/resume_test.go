@@ -37,47 +37,59 @@ func serveAPI(t *testing.T, c *coordinator.Coordinator) string {
 }
 
 // A stream whose coordinator died while its client was away continues on
-// another coordinator: the second replays the journal the first left in
-// JetStream (the NATS server outlives the first coordinator here), finds
-// nobody relaying the stream, and queues the job again from the journal's
-// tokens. The client's two parts make exactly the uninterrupted text, with
-// ids counting on across the coordinators.
+// another coordinator, on every streaming protocol: the second replays the
+// journal the first left in JetStream (the NATS server outlives the first
+// coordinator here), finds nobody relaying the stream, and queues the job
+// again from the journal's tokens. The client's two parts make exactly the
+// uninterrupted text, with ids counting on across the coordinators.
 func TestStreamResumeOnAnotherCoordinator(t *testing.T) {
-	url := externalNATS(t)
-	cfg1 := clustertest.CoordConfig(t, "coord-1", nil)
-	cfg1.NATS = url
-	c1, stop1 := clustertest.StartCoordinator(t, cfg1)
-	cfg2 := clustertest.CoordConfig(t, "coord-2", []string{c1.GossipAddr()})
-	cfg2.NATS = url
-	c2, _ := clustertest.StartCoordinator(t, cfg2)
-	w, _ := clustertest.StartWorker(t, "worker-1", c1.GossipAddr(), 2, &worker.TestEngine{TokenDelay: 10 * time.Millisecond})
-	clustertest.WaitWorkers(t, c1, 1)
-	clustertest.WaitWorkers(t, c2, 1)
-	base1, base2 := serveAPI(t, c1), serveAPI(t, c2)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-
 	const n = 120
-	body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":%q}]}`, clustertest.Model, n, clustertest.Words(n))
-	part, err := clustertest.Stream(ctx, clustertest.StreamRequest{URL: base1 + "/v1/chat/completions", Body: body, Stop: 20})
-	if err != nil || part.Status != 200 || len(part.Frames) != 20 {
-		t.Fatalf("first part: %v %+v", err, part)
-	}
-	c1.Kill()
-	stop1()
-	clustertest.Eventually(t, 5*time.Second, "the worker stopped the dead coordinator's job", func() bool { return w.Running() == 0 })
-	rest, err := clustertest.Stream(ctx, clustertest.StreamRequest{URL: base2 + "/v1/chat/completions", Body: body, LastEventID: part.Frames[19].ID})
-	if err != nil || rest.Status != 200 {
-		t.Fatalf("resume on coord-2: %v %+v", err, rest)
-	}
-	if _, err := clustertest.CheckIDs(append(part.Frames, rest.Frames...), 0); err != nil {
-		t.Error(err)
-	}
-	if got := clustertest.FramesText(part.Frames) + clustertest.FramesText(rest.Frames); got != clustertest.Words(n) {
-		t.Errorf("text %q, want %q", got, clustertest.Words(n))
-	}
-	if !clustertest.Ended(rest.Frames) {
-		t.Errorf("resumed stream did not end with [DONE]")
+	words := clustertest.Words(n)
+	for _, p := range []struct{ name, path, body string }{
+		{"chat", "/v1/chat/completions", fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":%q}]}`, clustertest.Model, n, words)},
+		{"completions", "/v1/completions", fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"prompt":%q}`, clustertest.Model, n, words)},
+		{"responses", "/v1/responses", fmt.Sprintf(`{"model":%q,"stream":true,"max_output_tokens":%d,"input":%q}`, clustertest.Model, n, words)},
+		{"messages", "/v1/messages", fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":%q}]}`, clustertest.Model, n, words)},
+	} {
+		t.Run(p.name, func(t *testing.T) {
+			url := externalNATS(t)
+			cfg1 := clustertest.CoordConfig(t, "coord-1", nil)
+			cfg1.NATS = url
+			c1, stop1 := clustertest.StartCoordinator(t, cfg1)
+			cfg2 := clustertest.CoordConfig(t, "coord-2", []string{c1.GossipAddr()})
+			cfg2.NATS = url
+			c2, _ := clustertest.StartCoordinator(t, cfg2)
+			w, _ := clustertest.StartWorker(t, "worker-1", c1.GossipAddr(), 2, &worker.TestEngine{TokenDelay: 10 * time.Millisecond})
+			clustertest.WaitWorkers(t, c1, 1)
+			clustertest.WaitWorkers(t, c2, 1)
+			base1, base2 := serveAPI(t, c1), serveAPI(t, c2)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+
+			part, err := clustertest.Stream(ctx, clustertest.StreamRequest{URL: base1 + p.path, Body: p.body, Stop: 20})
+			if err != nil || part.Status != 200 || len(part.Frames) != 20 {
+				t.Fatalf("first part: %v %+v", err, part)
+			}
+			c1.Kill()
+			stop1()
+			clustertest.Eventually(t, 5*time.Second, "the worker stopped the dead coordinator's job", func() bool { return w.Running() == 0 })
+			rest, err := clustertest.Stream(ctx, clustertest.StreamRequest{URL: base2 + p.path, Body: p.body, LastEventID: part.Frames[19].ID})
+			if err != nil || rest.Status != 200 {
+				t.Fatalf("resume on coord-2: %v %+v", err, rest)
+			}
+			if _, err := clustertest.CheckIDs(append(part.Frames, rest.Frames...), 0); err != nil {
+				t.Error(err)
+			}
+			if got := clustertest.FramesText(part.Frames) + clustertest.FramesText(rest.Frames); got != words {
+				t.Errorf("text %q, want %q", got, words)
+			}
+			if !clustertest.Ended(rest.Frames) {
+				t.Errorf("resumed stream did not end as its protocol ends")
+			}
+			if w.Served() != 2 {
+				t.Errorf("worker served %d jobs, want 2 (the first attempt and the taken-over one)", w.Served())
+			}
+		})
 	}
 }
 
