@@ -86,6 +86,7 @@ func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream,
 		}
 		if ev.Err != nil {
 			s.log.Warn("generation failed mid-stream", "request_id", reqID(c), "worker", worker, "error", ev.Err.Message)
+			w.unnumbered()
 			pw.fail(w, ev.Err)
 			w.flush()
 			return
@@ -94,6 +95,7 @@ func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream,
 			usage = ev.Usage
 		}
 		if e := pw.event(w, ev); e != nil {
+			w.unnumbered()
 			pw.fail(w, e)
 			w.flush()
 			return
@@ -114,6 +116,7 @@ func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream,
 				c.Set(ctxDetach, true)
 				return
 			}
+			w.unnumbered()
 			pw.fail(w, asError(err))
 			w.flush()
 			return

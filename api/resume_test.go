@@ -210,3 +210,38 @@ func checkShape(t *testing.T, route, body, param string) {
 		t.Errorf("%s: param %v, want %q", route, v.Error.Param, param)
 	}
 }
+
+// A mid-stream error's frames carry no id (SSE keeps the last one), so a
+// client resumes after the last real frame: an error this coordinator
+// made (its own shutdown) is not part of the stream another one replays.
+func TestErrorFramesUnnumbered(t *testing.T) {
+	evs := append(resumeEvents()[:2], job.Event{Err: openai.Unavailable("coordinator c1 is shutting down")})
+	svc := &resumeService{fakeService: &fakeService{events: evs}}
+	_, hs := newTestServer(t, svc, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, rt := range resumeRoutes {
+		t.Run(rt.name, func(t *testing.T) {
+			r, err := clustertest.Stream(ctx, clustertest.StreamRequest{URL: hs.URL + rt.path, Body: rt.body})
+			if err != nil || r.Status != 200 {
+				t.Fatalf("%v %+v", err, r)
+			}
+			i := len(r.Frames)
+			for i > 0 && r.Frames[i-1].ID == "" {
+				i--
+			}
+			if i == len(r.Frames) || i == 0 {
+				t.Fatalf("want numbered frames then unnumbered error frames, got %+v", r.Frames)
+			}
+			if _, err := clustertest.CheckIDs(r.Frames[:i], 0); err != nil {
+				t.Error(err)
+			}
+			if !strings.Contains(frameLines(r.Frames[i:]), "shutting down") {
+				t.Errorf("frames without id %s, want the error among them", frameLines(r.Frames[i:]))
+			}
+			if strings.Contains(frameLines(r.Frames[:i]), "shutting down") {
+				t.Errorf("the error is in a numbered frame: %s", frameLines(r.Frames[:i]))
+			}
+		})
+	}
+}

@@ -63,6 +63,16 @@ func (s *sseWriter) next() bool {
 	return true
 }
 
+// unnumbered makes the frames from now on go out without ids, uncounted:
+// a mid-stream error's frames. An error is not part of the stream a resume
+// replays (the coordinator's own shutdown, say, is not journaled): a client
+// keeps the id of the last real frame (SSE keeps the last id over frames
+// without one), and a resume gets the rest of the stream, or the error
+// again where the journal has it.
+func (s *sseWriter) unnumbered() {
+	s.token, s.skip = "", 0
+}
+
 // add appends one frame to the pending buffer.
 func (s *sseWriter) add(v any) {
 	if s.next() {
@@ -122,6 +132,7 @@ func (s *sseWriter) end() {
 // errorFrame is the mid-stream error: data: {"error":{...}}. Like vLLM we then
 // send data: [DONE]; the OpenAI SDKs stop at the error frame and raise it.
 func (s *sseWriter) errorFrame(e *openai.Error) {
+	s.unnumbered()
 	s.add(openai.ErrorResponse{Error: e})
 	s.done()
 }
