@@ -93,6 +93,69 @@ func TestStreamResumeOnAnotherCoordinator(t *testing.T) {
 	}
 }
 
+// A coordinator shut down (Close: it fails its streams with a 503) while
+// its client is attached: the client gets the error in frames without an
+// id, resumes on another coordinator with the last id it has, and gets the
+// rest of the stream, not the error again.
+func TestStreamResumeAfterCoordinatorShutdown(t *testing.T) {
+	url := externalNATS(t)
+	cfg1 := clustertest.CoordConfig(t, "coord-1", nil)
+	cfg1.NATS = url
+	c1, _ := clustertest.StartCoordinator(t, cfg1)
+	cfg2 := clustertest.CoordConfig(t, "coord-2", []string{c1.GossipAddr()})
+	cfg2.NATS = url
+	c2, _ := clustertest.StartCoordinator(t, cfg2)
+	clustertest.StartWorker(t, "worker-1", c1.GossipAddr(), 2, &worker.TestEngine{TokenDelay: 10 * time.Millisecond})
+	clustertest.WaitWorkers(t, c1, 1)
+	clustertest.WaitWorkers(t, c2, 1)
+	base1, base2 := serveAPI(t, c1), serveAPI(t, c2)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n = 120
+	words := clustertest.Words(n)
+	body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":%q}]}`, clustertest.Model, n, words)
+	var once sync.Once
+	part, err := clustertest.Stream(ctx, clustertest.StreamRequest{URL: base1 + "/v1/chat/completions", Body: body, OnFrame: func(k int) {
+		if k == 20 {
+			once.Do(func() { go c1.Close() })
+		}
+	}})
+	if err != nil || part.Status != 200 {
+		t.Fatalf("first part: %v %+v", err, part)
+	}
+	last := ""
+	for _, f := range part.Frames {
+		if f.ID != "" {
+			last = f.ID
+		}
+	}
+	if clustertest.Ended(part.Frames) && clustertest.FramesText(part.Frames) == words {
+		t.Fatalf("the stream finished before the coordinator closed")
+	}
+	if tail := part.Frames[len(part.Frames)-1]; tail.ID != "" || !strings.Contains(part.Frames[len(part.Frames)-2].Data, "shutting down") {
+		t.Fatalf("want the shutdown error in frames without id at the end, got %+v", part.Frames[len(part.Frames)-2:])
+	}
+	rest, err := clustertest.Stream(ctx, clustertest.StreamRequest{URL: base2 + "/v1/chat/completions", Body: body, LastEventID: last})
+	if err != nil || rest.Status != 200 {
+		t.Fatalf("resume on coord-2: %v %+v", err, rest)
+	}
+	numbered := 0
+	for _, f := range part.Frames {
+		if f.ID != "" {
+			numbered++
+		}
+	}
+	if _, err := clustertest.CheckIDs(append(part.Frames[:numbered:numbered], rest.Frames...), 0); err != nil {
+		t.Error(err)
+	}
+	if got := clustertest.FramesText(part.Frames[:numbered]) + clustertest.FramesText(rest.Frames); got != words {
+		t.Errorf("text %q, want %q", got, words)
+	}
+	if !clustertest.Ended(rest.Frames) {
+		t.Errorf("resumed stream did not end with [DONE]")
+	}
+}
+
 // lastEventIDs is an openai-go middleware that records the id of every SSE
 // event the client reads (openai-go's stream decoder drops ids): the retry
 // path docs/api.md gives for openai-go.

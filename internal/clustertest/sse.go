@@ -27,6 +27,8 @@ type StreamRequest struct {
 	// Stop, if set, ends the read (and the connection, as a client that
 	// goes away) after this many frames.
 	Stop int
+	// OnFrame, if set, is called with the count of frames read after each.
+	OnFrame func(n int)
 }
 
 // StreamResponse is what a StreamRequest got.
@@ -68,6 +70,9 @@ func Stream(ctx context.Context, r StreamRequest) (*StreamResponse, error) {
 	}
 	err = ReadSSE(resp.Body, func(f SSEFrame) bool {
 		out.Frames = append(out.Frames, f)
+		if r.OnFrame != nil {
+			r.OnFrame(len(out.Frames))
+		}
 		return r.Stop == 0 || len(out.Frames) < r.Stop
 	})
 	return out, err
