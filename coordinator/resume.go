@@ -35,8 +35,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -572,7 +572,7 @@ type follower struct {
 	token   job.StreamToken
 	subject string
 	head    *journalHead
-	log     interface{ Info(string, ...any) }
+	log     *slog.Logger
 
 	seq  uint64 // next journal message to read
 	k    int    // next record index
