@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -238,25 +239,34 @@ func TestProcessesStreamResumeAfterKill(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	params := oai.ChatCompletionNewParams{
+	// Two requests, both on coord-1 when it dies: one choice, and two
+	// choices (n = 2: seeds s and s+1, resumed per choice).
+	reqs := []oai.ChatCompletionNewParams{{
 		Model:         realModel,
 		Messages:      []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Tell me a long story about a lighthouse keeper.")},
-		MaxTokens:     oai.Int(80),
+		MaxTokens:     oai.Int(200),
 		Temperature:   oai.Float(0.9),
 		Seed:          oai.Int(4242),
 		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)},
-	}
+	}, {
+		Model:         realModel,
+		Messages:      []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Describe the sea at night.")},
+		MaxTokens:     oai.Int(150),
+		Temperature:   oai.Float(0.8),
+		Seed:          oai.Int(77),
+		N:             oai.Int(2),
+		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)},
+	}}
 	type run struct {
-		text   string
-		finish string
+		text   []string // per choice
+		finish []string
 		usage  int64
 		chunks int
 		err    error
 	}
-	// read streams params from base b until the end, or until stopAt
-	// chunks (0: never) when it calls atStop (the kill) and goes on reading
-	// what still comes.
-	read := func(b string, ids *lastEventIDs, lastID string, stopAt int, atStop func()) run {
+	// read streams params from base b until the end; after atChunk chunks
+	// it calls at (once) and goes on reading what still comes.
+	read := func(b string, params oai.ChatCompletionNewParams, ids *lastEventIDs, lastID string, atChunk int, at func()) run {
 		opts := []option.RequestOption{option.WithBaseURL(b + "/v1/"), option.WithMaxRetries(0)}
 		if ids != nil {
 			opts = append(opts, option.WithMiddleware(ids.middleware))
@@ -272,52 +282,94 @@ func TestProcessesStreamResumeAfterKill(t *testing.T) {
 			ch := s.Current()
 			r.chunks++
 			for _, c := range ch.Choices {
-				r.text += c.Delta.Content
+				for int(c.Index) >= len(r.text) {
+					r.text, r.finish = append(r.text, ""), append(r.finish, "")
+				}
+				r.text[c.Index] += c.Delta.Content
 				if c.FinishReason != "" {
-					r.finish = c.FinishReason
+					r.finish[c.Index] = c.FinishReason
 				}
 			}
 			if ch.JSON.Usage.Valid() {
 				r.usage = ch.Usage.CompletionTokens
 			}
-			if r.chunks == stopAt {
-				atStop()
+			if r.chunks == atChunk && at != nil {
+				at()
 			}
 		}
 		r.err = s.Err()
 		return r
 	}
-	want := read(base(2), nil, "", 0, nil)
-	if want.err != nil || want.finish == "" || want.usage == 0 || want.chunks < 30 {
-		t.Fatalf("uninterrupted run on coord-3: %+v", want)
+	wants := make([]run, len(reqs))
+	for i, p := range reqs {
+		wants[i] = read(base(2), p, nil, "", 0, nil)
+		if w := wants[i]; w.err != nil || len(w.finish) != int(max(1, p.N.Value)) || w.usage == 0 || w.chunks < 30 {
+			t.Fatalf("uninterrupted run %d on coord-3: %+v", i, w)
+		}
 	}
 
-	ids := &lastEventIDs{}
-	first := read(base(0), ids, "", 15, func() {
+	// Both streams on coord-1; kill -9 it once each has 10 chunks (of
+	// 200 and 2×150 tokens: both are mid-stream then).
+	var mid sync.WaitGroup
+	mid.Add(len(reqs))
+	go func() {
+		mid.Wait()
 		coords[0].cmd.Process.Signal(syscall.SIGKILL)
 		<-coords[0].done
-	})
-	if first.finish != "" {
-		t.Fatalf("the first part finished (%d chunks) although its coordinator was killed mid-stream", first.chunks)
+	}()
+	firsts := make([]run, len(reqs))
+	ids := make([]*lastEventIDs, len(reqs))
+	var wg sync.WaitGroup
+	for i, p := range reqs {
+		ids[i] = &lastEventIDs{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var once sync.Once
+			defer once.Do(mid.Done) // a stream that ended early does not hold the kill up
+			firsts[i] = read(base(0), p, ids[i], "", 10, func() { once.Do(mid.Done) })
+		}()
 	}
-	last := ids.get()
-	if last == "" {
-		t.Fatalf("no event id seen in the first part (%d chunks, err %v)", first.chunks, first.err)
-	}
-	t.Logf("coord-1 killed after %d chunks (client error: %v); resuming on coord-2 after id %s", first.chunks, first.err, last)
-	resumedAt := time.Now()
-	rest := read(base(1), &lastEventIDs{}, last, 0, nil)
-	if rest.err != nil {
-		t.Fatalf("resume on coord-2: %v (text so far %q)", rest.err, rest.text)
-	}
-	t.Logf("resumed stream: %d chunks in %v", rest.chunks, time.Since(resumedAt).Round(time.Millisecond))
-	if got := first.text + rest.text; got != want.text {
-		t.Errorf("text of both parts differs from the uninterrupted run:\n got %q\nwant %q", got, want.text)
-	}
-	if rest.finish != want.finish || rest.usage != want.usage {
-		t.Errorf("finish %q usage %d, want %q %d", rest.finish, rest.usage, want.finish, want.usage)
-	}
-	if first.chunks+rest.chunks != want.chunks {
-		t.Logf("chunks %d+%d, uninterrupted %d", first.chunks, rest.chunks, want.chunks)
+	wg.Wait()
+	for i, p := range reqs {
+		first := firsts[i]
+		if first.chunks < 10 || first.usage != 0 {
+			t.Fatalf("request %d: the first part (%d chunks, finish %q, usage %d) was not cut mid-stream", i, first.chunks, first.finish, first.usage)
+		}
+		last := ids[i].get()
+		if last == "" {
+			t.Fatalf("request %d: no event id seen in the first part (%d chunks, err %v)", i, first.chunks, first.err)
+		}
+		t.Logf("request %d: coord-1 killed after %d chunks (client error: %v); resuming on coord-2 after id %s", i, first.chunks, first.err, last)
+		resumedAt := time.Now()
+		rest := read(base(1), p, &lastEventIDs{}, last, 0, nil)
+		if rest.err != nil {
+			t.Fatalf("request %d: resume on coord-2: %v (text so far %q)", i, rest.err, rest.text)
+		}
+		t.Logf("request %d: resumed stream: %d chunks in %v", i, rest.chunks, time.Since(resumedAt).Round(time.Millisecond))
+		want := wants[i]
+		for k := range want.text {
+			got := ""
+			if k < len(first.text) {
+				got = first.text[k]
+			}
+			if k < len(rest.text) {
+				got += rest.text[k]
+			}
+			if got != want.text[k] {
+				t.Errorf("request %d choice %d: text of both parts differs from the uninterrupted run:\n got %q\nwant %q", i, k, got, want.text[k])
+			}
+		}
+		finish := make([]string, len(want.finish))
+		for k := range finish {
+			for _, part := range [][]string{first.finish, rest.finish} {
+				if k < len(part) && part[k] != "" {
+					finish[k] = part[k]
+				}
+			}
+		}
+		if !slices.Equal(finish, want.finish) || rest.usage != want.usage {
+			t.Errorf("request %d: finish %q usage %d, want %q %d", i, finish, rest.usage, want.finish, want.usage)
+		}
 	}
 }
