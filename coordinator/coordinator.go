@@ -105,6 +105,12 @@ type Config struct {
 	// a restart or an election its gossip view may not show all workers
 	// yet, and withdrawing would make them unload what they serve.
 	PlacementGrace time.Duration
+	// ResumeGrace is how long a streamed job goes on after its client went
+	// away mid-stream (or a resuming client last asked for it), so that the
+	// client can resume it with Last-Event-ID on any coordinator
+	// (resume.go); then it is cancelled. 0: streams are not resumable
+	// (no journal, no SSE ids) and a client gone cancels its job at once.
+	ResumeGrace time.Duration
 	// NoPrefixRouting turns off offering jobs to the worker that holds
 	// their longest prefix (routing.go); every job goes to the queue.
 	NoPrefixRouting bool
@@ -136,6 +142,7 @@ func DefaultConfig() Config {
 		RetryAfter:             time.Second,
 		Placement:              DefaultPlacementConfig(),
 		PlacementGrace:         30 * time.Second,
+		ResumeGrace:            60 * time.Second,
 	}
 }
 
@@ -152,6 +159,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Name == "":
 		return errors.New("coordinator: name must be set")
+	case c.ResumeGrace < 0:
+		return fmt.Errorf("coordinator: resume grace %v must not be negative", c.ResumeGrace)
 	case c.DataDir == "":
 		return errors.New("coordinator: data dir must be set")
 	case c.NATS == "":
@@ -236,6 +245,10 @@ type Coordinator struct {
 	requeueMu sync.Mutex
 	closing   bool
 	requeues  sync.WaitGroup
+	// journals are the SSE journal writers and detached streams
+	// (resume.go); shutdown waits for them after failing the streams.
+	journals  sync.WaitGroup
+	sse       sseJournal
 	stop      context.CancelFunc
 	stopCtx   context.Context
 	closeOnce sync.Once
@@ -597,6 +610,7 @@ func (c *Coordinator) shutdown(graceful bool) error {
 		v.(*stream).fail(unavailable("coordinator %s is shutting down", c.cfg.Name))
 		return true
 	})
+	c.journals.Wait()
 	if c.ml != nil {
 		if graceful {
 			errs = append(errs, c.ml.Close())

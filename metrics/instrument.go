@@ -194,3 +194,53 @@ func errorKind(e *openai.Error) string {
 	}
 	return "internal"
 }
+
+// resumer is api.Resumer, declared here for the same reason as Service.
+type resumer interface {
+	Resume(ctx context.Context, lastEventID string, j *job.Job) (job.Stream, error)
+}
+
+// Resume passes a stream resumption (Last-Event-ID) to the wrapped service
+// and instruments the resumed stream like a submitted one. A service that
+// cannot resume knows no stream: 404.
+func (s *instrumented) Resume(ctx context.Context, lastEventID string, j *job.Job) (job.Stream, error) {
+	rs, ok := s.Service.(resumer)
+	if !ok {
+		return nil, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Param: "Last-Event-ID", Code: "stream_not_found",
+			Message: "streams cannot be resumed here"}
+	}
+	start := s.now()
+	st, err := rs.Resume(ctx, lastEventID, j)
+	if err != nil {
+		e := asError(err)
+		s.r.ObserveRequest(j.Model, j.Kind, e.HTTPStatus(), s.now().Sub(start))
+		s.r.Error(errorKind(e))
+		return nil, err
+	}
+	return &instrumentedStream{Stream: st, s: s, job: j, start: start}, nil
+}
+
+// ResumeToken implements job.Resumable for a resumable wrapped stream ("":
+// not resumable).
+func (t *instrumentedStream) ResumeToken() string {
+	if r, ok := t.Stream.(job.Resumable); ok {
+		return r.ResumeToken()
+	}
+	return ""
+}
+
+// Detach implements job.Resumable: counted as a client gone (499), like
+// Close; a wrapped stream that cannot detach is closed.
+func (t *instrumentedStream) Detach() {
+	if r, ok := t.Stream.(job.Resumable); ok {
+		r.Detach()
+	} else {
+		t.Stream.Close()
+	}
+	t.mu.Lock()
+	if t.status == 0 {
+		t.status = 499
+	}
+	t.record(t.s.now())
+	t.mu.Unlock()
+}
