@@ -134,3 +134,32 @@ func FuzzCompile(f *testing.F) {
 		r.Accepting(s)
 	})
 }
+
+func TestDisjoint(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{`^https?://.+$`, `^\./.+$`, true},
+		{`^Displace$`, `^Abs$`, true},
+		{`customer`, `maker`, false}, // "customer maker"
+		{`^[a-z]+$`, `^[0-9]+$`, true},
+		{`^[a-z]+$`, `^[a-m]x`, false},
+		{`^a{3}$`, `^a{2,5}$`, false},
+		{`^\d{4}$`, `^\d{5}$`, true},
+		{`^é$`, `^e$`, true},
+	} {
+		a, err := Compile(tc.a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Compile(tc.b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, known := Disjoint(a, b)
+		if !known || got != tc.want {
+			t.Errorf("Disjoint(%s, %s) = %v, %v; want %v, true", tc.a, tc.b, got, known, tc.want)
+		}
+	}
+}
