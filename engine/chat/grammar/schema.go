@@ -148,7 +148,7 @@ type node struct {
 	plain  bool           // no constraint: plain text leaves the state unchanged
 
 	// tokens that stay inside the string, per vocabulary and automaton
-	// states (see Matcher.inStringCached); nil without res
+	// states (see Matcher.inString); nil without res
 	strCache *tokenCache
 
 	// number

@@ -44,7 +44,8 @@ type dstate struct {
 	pcs    []uint32 // NFA threads waiting for a character, sorted
 	accept bool     // the text so far matches (at end of text)
 	all    bool     // a match was found; any continuation matches (search)
-	next   map[rune]int32
+	next   map[rune]int32 // non-ASCII transitions
+	ascii  [128]int32     // ASCII transitions, as state+1 (0: not built yet)
 	min    int // fewest further characters to a match
 	minB   int // the same in JSON-encoded bytes
 }
@@ -543,7 +544,11 @@ func (r *Regex) Step(s int32, c rune) int32 {
 	if st.all {
 		return s
 	}
-	if n, ok := st.next[c]; ok {
+	if c >= 0 && c < 128 {
+		if n := st.ascii[c]; n != 0 {
+			return n - 1
+		}
+	} else if n, ok := st.next[c]; ok {
 		return n
 	}
 	seen := make([]bool, len(r.prog.Inst))
@@ -568,7 +573,9 @@ func (r *Regex) Step(s int32, c rune) int32 {
 		}
 	}
 	n := r.intern(set, matched)
-	if len(st.next) < 4096 {
+	if c >= 0 && c < 128 {
+		st.ascii[c] = n + 1
+	} else if len(st.next) < 4096 {
 		st.next[c] = n
 	}
 	return n
