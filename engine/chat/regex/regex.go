@@ -41,13 +41,13 @@ type Regex struct {
 }
 
 type dstate struct {
-	pcs    []uint32 // NFA threads waiting for a character, sorted
-	accept bool     // the text so far matches (at end of text)
-	all    bool     // a match was found; any continuation matches (search)
+	pcs    []uint32       // NFA threads waiting for a character, sorted
+	accept bool           // the text so far matches (at end of text)
+	all    bool           // a match was found; any continuation matches (search)
 	next   map[rune]int32 // non-ASCII transitions
 	ascii  [128]int32     // ASCII transitions, as state+1 (0: not built yet)
-	min    int // fewest further characters to a match
-	minB   int // the same in JSON-encoded bytes
+	min    int            // fewest further characters to a match
+	minB   int            // the same in JSON-encoded bytes
 }
 
 // ErrUnsupported wraps refusals of non-regular constructs.
