@@ -176,6 +176,15 @@ func TestFastStringsMatchWalk(t *testing.T) {
 		}
 		snaps = append(snaps, *m)
 	}
+	// Keys of an object that takes other keys too, and plain strings.
+	kg := mustCompile(t, `{"type":"object","properties":{"alpha":{"type":"integer"},"alpine":{"type":"string"},"beta":{"type":"boolean"}},"additionalProperties":{"type":"string","minLength":20}}`)
+	for _, prefix := range []string{`{"`, `{"al`, `{"alp`, `{"alpha":1,"`, `{"x`, `{"x":"`, `{"x":"abcdefghijklmnopqrstuvwxyz`} {
+		m := kg.NewMatcher()
+		if err := m.AcceptBytes([]byte(prefix)); err != nil {
+			t.Fatalf("prefix %q: %v", prefix, err)
+		}
+		snaps = append(snaps, *m)
+	}
 	// Strings with length bounds only, under budgets.
 	lg := mustCompile(t, `{"type":"object","properties":{"s":{"type":"string","minLength":3,"maxLength":9}},"required":["s"]}`)
 	for _, prefix := range []string{`{"s":"`, `{"s":"a`, `{"s":"abc`, `{"s":"abcdefgh`} {
@@ -218,6 +227,9 @@ func TestFastStringsMatchWalk(t *testing.T) {
 
 func describe(m *Matcher) string {
 	f := m.states[0]
+	if f.key {
+		return fmt.Sprintf("key %q", f.lit)
+	}
 	if len(f.n.res) > 0 {
 		return fmt.Sprintf("%q after %d characters", f.n.res[0].String(), f.cnt)
 	}

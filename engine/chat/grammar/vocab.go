@@ -3,6 +3,7 @@ package grammar
 import (
 	"bytes"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
@@ -174,7 +175,7 @@ func (m *Matcher) mask(v *Vocab, allowed []bool, budget int) int {
 	clear(allowed)
 	set := &v.all
 	count := 0
-	if len(m.states) == 1 && plainOK(m.states[0]) {
+	if fastStrings && len(m.states) == 1 && plainOK(m.states[0]) {
 		// Inside a string that takes any text: the tokens that stay in
 		// it are allowed whatever they spell; only those that end it need
 		// a walk.
@@ -278,10 +279,31 @@ func (m *Matcher) inStringBudget(v *Vocab, allowed []bool, budget int) int {
 	freeKey := f.with()
 	freeKey.free, freeKey.lit = true, ""
 	free := cs.closeCost(freeKey)
+	// The rest of each listed name the key may still become, by first
+	// byte: a token keeps the key a name prefix only if its bytes (those
+	// before a pending character) begin one of them.
+	var rest [256][][]byte
+	for _, p := range f.parent.n.props {
+		if len(p.name) > len(f.lit) && strings.HasPrefix(p.name, f.lit) {
+			r := []byte(p.name[len(f.lit):])
+			rest[r[0]] = append(rest[r[0]], r)
+		}
+	}
+	litPrefix := anyNamePrefix(f.parent.n, f.lit)
 	for _, id := range v.inStrIDs {
 		t := v.tokens[id]
 		c := free + int(v.pend[id])
-		if anyNamePrefix(f.parent.n, f.lit+string(t[:len(t)-int(min(int(v.pend[id]), len(t)))])) {
+		u := t[:len(t)-min(int(v.pend[id]), len(t))]
+		prefix := len(u) == 0 && litPrefix
+		if len(u) > 0 {
+			for _, r := range rest[u[0]] {
+				if bytes.HasPrefix(r, u) {
+					prefix = true
+					break
+				}
+			}
+		}
+		if prefix {
 			s := []*frame{f}
 			for _, b := range t {
 				if s = m.g.stepAll(s, b, nil); len(s) == 0 {
