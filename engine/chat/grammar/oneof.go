@@ -19,11 +19,13 @@ import (
 // const/enum values of a property one of them requires, a required
 // property the other forbids); elsewhere it is the union that complement
 // returns. That union is the whole complement for the forms negation has
-// a schema for (type, const, enum, bounds, required, properties, items,
-// contains, dependencies, not, allOf, anyOf, if/then/else of those) and a
-// subset of it otherwise — additionalProperties and patternProperties are
-// broken by requiring a property the branch being kept lists, pattern,
-// format, multipleOf and uniqueItems are left out. A subset is sound for
+// a schema for (type, const, enum, bounds, pattern — through the
+// complement automaton —, required, properties, items, contains,
+// dependencies, not, allOf, anyOf, if/then/else of those) and a subset of
+// it otherwise — additionalProperties and patternProperties are broken by
+// requiring a property the branch being kept lists, a format by strings
+// outside a superset of it (formatSupersets), multipleOf and uniqueItems
+// are left out. A subset is sound for
 // constrained decoding: every document the matcher accepts matches exactly
 // one branch; some valid documents are not generated (Grammar.Approximated
 // says where). When no branch survives the exclusion, oneOf is refused
@@ -36,7 +38,7 @@ const maxOneOfAlts = 16
 // maxTrials bounds the conjunctions one compilation tries for oneOf
 // exclusions (each is compiled to see whether any value satisfies it);
 // past it, branches that still need exclusions are left out.
-const maxTrials = 2000
+const maxTrials = 1000
 
 // maxComplementDepth bounds the nesting complement follows (recursive
 // schemas, nested properties).
@@ -327,6 +329,35 @@ func (c *compiler) complementObj(s *obj, base string, names []string, depth int)
 					out = append(out, allOfObj(anyOfObj(negIf), anyOfObj(negElse)))
 				}
 				exact = exact && ex1 && ex2
+			}
+		case "pattern", mergedPatterns, "format", mergedFormats:
+			// Strings the pattern does not match; for a format, strings
+			// outside a superset of it (a subset of its complement).
+			var list []string
+			switch v := v.(type) {
+			case string:
+				list = []string{v}
+			case []string:
+				list = v
+			}
+			for _, p := range list {
+				if k == "pattern" || k == mergedPatterns {
+					if c.pattern(p) == nil {
+						exact = false
+						continue
+					}
+					out = append(out, schemaObj([]string{"type", mergedNotPatterns}, "string", []string{p}))
+					continue
+				}
+				exact = false
+				if sup, ok := formatSupersets[p]; ok {
+					out = append(out, schemaObj([]string{"type", mergedNotFull}, "string", []string{sup}))
+				}
+			}
+		case mergedNotPatterns:
+			list, _ := v.([]string)
+			for _, p := range list {
+				out = append(out, schemaObj([]string{"type", "pattern"}, "string", p))
 			}
 		case "then", "else", "minContains", "maxContains":
 			if k == "maxContains" && c.draft >= 2019 {
@@ -809,6 +840,13 @@ func (c *compiler) regexesOf(s any, base string, depth int) []*regex.Regex {
 			out = append(out, re)
 		}
 	}
+	if list, ok := o.m[mergedNotPatterns].([]string); ok {
+		for _, p := range list {
+			if re := c.pattern(p); re != nil {
+				out = append(out, regex.Complement(re))
+			}
+		}
+	}
 	if all, ok := o.m["allOf"].([]any); ok {
 		for _, x := range all {
 			out = append(out, c.regexesOf(x, ob, depth+1)...)
@@ -828,4 +866,32 @@ func (c *compiler) pattern(p string) *regex.Regex {
 	}
 	c.patterns[p] = re
 	return re
+}
+
+// fullPattern returns the automaton of a whole-string expression (of
+// formatSupersets), nil if it has none.
+func (c *compiler) fullPattern(p string) *regex.Regex {
+	if re, ok := c.patterns["\x00"+p]; ok {
+		return re
+	}
+	re, err := regex.CompileFull(p)
+	if err != nil {
+		re = nil
+	}
+	c.patterns["\x00"+p] = re
+	return re
+}
+
+// formatSupersets holds, per format, a whole-string expression every
+// valid value matches (as a strict validator reads the format): strings
+// outside it are surely not of the format.
+var formatSupersets = map[string]string{
+	"hostname":  `[A-Za-z0-9.-]+`,
+	"ipv4":      `[0-9.]+`,
+	"ipv6":      `[0-9A-Fa-f:.]+`,
+	"date":      `[0-9]{4}-[0-9]{2}-[0-9]{2}`,
+	"date-time": `[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt].*`,
+	"time":      `[0-9]{2}:[0-9]{2}:[0-9]{2}.*`,
+	"uuid":      `[0-9A-Fa-f-]{36}`,
+	"email":     `.*@.*`,
 }

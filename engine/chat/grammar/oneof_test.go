@@ -61,21 +61,44 @@ func TestOneOfExclusive(t *testing.T) {
 // refused in strict mode naming oneOf and its location; lenient mode
 // enforces anyOf and reports it.
 func TestOneOfRefusal(t *testing.T) {
-	// Unanchored patterns: "customer maker" matches both.
-	schema := `{"type":"object","properties":{"role":{"type":"string","oneOf":[{"pattern":"customer"},{"pattern":"maker"}]}}}`
+	// multipleOf has no schema form of its complement: 6 matches both.
+	schema := `{"type":"object","properties":{"n":{"type":"integer","oneOf":[{"multipleOf":2},{"multipleOf":3}]}}}`
 	_, err := Compile(json.RawMessage(schema))
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "oneOf at #/properties/role") {
-		t.Fatalf("strict: got %v, want a refusal naming oneOf at #/properties/role", err)
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "oneOf at #/properties/n") {
+		t.Fatalf("strict: got %v, want a refusal naming oneOf at #/properties/n", err)
 	}
 	g, err := CompileOptions(json.RawMessage(schema), Options{Lenient: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u := strings.Join(g.Unenforced(), "; "); !strings.Contains(u, "oneOf at #/properties/role") {
-		t.Errorf("Unenforced() = %q, want oneOf at #/properties/role", u)
+	if u := strings.Join(g.Unenforced(), "; "); !strings.Contains(u, "oneOf at #/properties/n") {
+		t.Errorf("Unenforced() = %q, want oneOf at #/properties/n", u)
 	}
-	if !g.acceptsAnyOrder(`{"role":"maker"}`) {
+	if !g.acceptsAnyOrder(`{"n":4}`) {
 		t.Errorf("lenient: a document of one branch is refused")
+	}
+}
+
+// TestOneOfStrings: patterns exclude each other through the complement
+// automaton; formats through a superset of the other format.
+func TestOneOfStrings(t *testing.T) {
+	for _, tc := range []struct {
+		schema, doc string
+		want        bool
+	}{
+		{`{"type":"string","oneOf":[{"pattern":"customer"},{"pattern":"maker"}]}`, `"a customer"`, true},
+		{`{"type":"string","oneOf":[{"pattern":"customer"},{"pattern":"maker"}]}`, `"maker"`, true},
+		{`{"type":"string","oneOf":[{"pattern":"customer"},{"pattern":"maker"}]}`, `"customer maker"`, false},
+		{`{"type":"string","oneOf":[{"format":"hostname"},{"format":"ipv4"}]}`, `"example.com"`, true},
+		{`{"type":"string","oneOf":[{"format":"hostname"},{"format":"ipv4"}]}`, `"1.2.3.4"`, false}, // a hostname too
+		{`{"type":"string","oneOf":[{"format":"hostname"},{"format":"ipv6"}]}`, `"::1"`, true},
+		{`{"type":"string","oneOf":[{},{"format":"ipv4"}]}`, `"1.2.3.4"`, false},
+		{`{"type":"string","oneOf":[{},{"format":"ipv4"}]}`, `"x"`, true},
+	} {
+		g := mustCompile(t, tc.schema)
+		if got := g.acceptsAnyOrder(tc.doc); got != tc.want {
+			t.Errorf("%s: accepts(%s) = %v, want %v", tc.schema, tc.doc, got, tc.want)
+		}
 	}
 }
 
@@ -109,6 +132,11 @@ func TestComplementSemantics(t *testing.T) {
 		{`{"not":{"dependentRequired":{"a":["b"]}}}`, `{"a":1,"b":2}`, false},
 		{`{"if":{"required":["a"]},"then":{"required":["b"]},"else":{"type":"object"}}`, `3`, true},
 		{`{"if":{"required":["a"]},"then":{"required":["b"]},"else":{"type":"object"}}`, `{"a":1}`, false},
+		{`{"not":{"pattern":"x"}}`, `"abc"`, true},
+		{`{"not":{"pattern":"x"}}`, `"axc"`, false},
+		{`{"not":{"pattern":"x"}}`, `5`, false}, // 5 satisfies pattern
+		{`{"if":{"pattern":"^a"},"then":{"maxLength":2}}`, `"abc"`, false},
+		{`{"if":{"pattern":"^a"},"then":{"maxLength":2}}`, `"bcd"`, true},
 	} {
 		g, err := CompileOptions(json.RawMessage(tc.schema), Options{OpenObjects: true})
 		if err != nil {

@@ -30,7 +30,7 @@
 // definitions with recursion, $id (and draft-4 id) relative refs and
 // $anchor, boolean schemas; anyOf; not and if/then/else when the schema
 // negated has an exact complement (see complement in oneof.go: type,
-// const, enum, bounds, required, properties, items, contains,
+// const, enum, bounds, pattern, required, properties, items, contains,
 // dependencies, not, allOf, anyOf, if/then/else of those); oneOf when its
 // branches are disjoint by a decidable discriminator (types, const/enum
 // or pattern of a property one branch requires, a property the other
@@ -46,8 +46,8 @@
 //     these): each branch excludes the others by the part of their
 //     complement that has a schema form — additionalProperties and
 //     patternProperties are broken by requiring a property the kept
-//     branch lists; pattern, format, multipleOf and uniqueItems have no
-//     such part. Every accepted document matches exactly one branch; some
+//     branch lists, a format by strings outside a superset of it;
+//     multipleOf and uniqueItems have no such part. Every accepted document matches exactly one branch; some
 //     that do are not generated. Where no branch survives, strict mode
 //     refuses oneOf with its location and lenient mode enforces it as
 //     anyOf, listed in Unenforced.
@@ -1213,6 +1213,28 @@ func (c *compiler) str(s *obj, path string) *node {
 		}
 		// Unknown formats are annotations (2019-09 and later) and ignored.
 	}
+	negated := false
+	for _, key := range []string{mergedNotPatterns, mergedNotFull} {
+		list, _ := s.m[key].([]string)
+		for _, p := range list {
+			var re *regex.Regex
+			if key == mergedNotPatterns {
+				re = c.pattern(p)
+			} else {
+				re = c.fullPattern(p)
+			}
+			if re != nil {
+				n.res = append(n.res, regex.Complement(re))
+				negated = true
+			}
+		}
+	}
+	if negated && len(n.res) > 1 {
+		// Each automaton alone can finish; together they may not.
+		if empty, known := regex.Empty(n.res...); empty && known {
+			return neverNode
+		}
+	}
 	n.plain = len(n.res) == 0 && n.minLen == 0 && n.maxLen < 0
 	if len(n.res) > 0 {
 		n.strCache = &tokenCache{}
@@ -1247,6 +1269,11 @@ func formatsOf(s *obj) []string {
 const (
 	mergedPatterns = "\x00patterns"
 	mergedFormats  = "\x00formats"
+	// Strings must not match these (oneOf exclusions, see complement):
+	// patterns with JSON Schema's search semantics, and whole-string
+	// expressions that hold for every value of a format.
+	mergedNotPatterns = "\x00notPatterns"
+	mergedNotFull     = "\x00notFull"
 )
 
 func intKeyword(s *obj, k string) (int, bool) {
@@ -1393,7 +1420,7 @@ func (c *compiler) object(s *obj, path, base string) *node {
 			k := c.str(pn, path+"/propertyNames")
 			for _, key := range pn.keys {
 				switch key {
-				case "pattern", "format", "minLength", "maxLength", "type", mergedPatterns, mergedFormats:
+				case "pattern", "format", "minLength", "maxLength", "type", mergedPatterns, mergedFormats, mergedNotPatterns, mergedNotFull:
 				default:
 					if !annotations[key] {
 						c.refuse(path+"/propertyNames", "propertyNames "+key, "only string keywords apply to keys")
@@ -1748,7 +1775,7 @@ func (c *compiler) merge(path string, a *obj, b any, bbase string) (*obj, bool) 
 				continue
 			}
 			switch k {
-			case mergedPatterns, mergedFormats, mergedMultiples:
+			case mergedPatterns, mergedFormats, mergedMultiples, mergedNotPatterns, mergedNotFull:
 				out.set(k, appendExtra(av, bv))
 				continue
 			}

@@ -88,3 +88,62 @@ func representatives(progs ...*syntax.Prog) ([]rune, bool) {
 	}
 	return out, true
 }
+
+// Empty reports whether no string matches all of rs, by the search
+// Disjoint makes over their product; known is false when it was cut short.
+func Empty(rs ...*Regex) (empty, known bool) {
+	progs := make([]*syntax.Prog, len(rs))
+	for i, r := range rs {
+		progs[i] = r.prog
+	}
+	reps, ok := representatives(progs...)
+	if !ok {
+		return false, false
+	}
+	key := func(st []int32) string {
+		b := make([]byte, 0, 4*len(st))
+		for _, s := range st {
+			b = append(b, byte(s), byte(s>>8), byte(s>>16), byte(s>>24))
+		}
+		return string(b)
+	}
+	start := make([]int32, len(rs))
+	for i, r := range rs {
+		start[i] = r.Start()
+	}
+	seen := map[string]bool{key(start): true}
+	queue := [][]int32{start}
+	for len(queue) > 0 {
+		st := queue[0]
+		queue = queue[1:]
+		all := true
+		for i, r := range rs {
+			if !r.Accepting(st[i]) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return false, true
+		}
+	next:
+		for _, c := range reps {
+			nx := make([]int32, len(rs))
+			for i, r := range rs {
+				if nx[i] = r.Step(st[i], c); nx[i] == Dead {
+					continue next
+				}
+			}
+			k := key(nx)
+			if seen[k] {
+				continue
+			}
+			if len(seen) >= maxDisjointPairs {
+				return false, false
+			}
+			seen[k] = true
+			queue = append(queue, nx)
+		}
+	}
+	return true, true
+}

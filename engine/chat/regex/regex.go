@@ -38,6 +38,8 @@ type Regex struct {
 	mu     sync.Mutex
 	states []*dstate
 	index  map[string]int32
+
+	neg *complement // set for Complement's result, which uses none of the above
 }
 
 type dstate struct {
@@ -516,6 +518,9 @@ func (r *Regex) intern(pcs []uint32, matched bool) int32 {
 
 // Start returns the state before any character.
 func (r *Regex) Start() int32 {
+	if r.neg != nil {
+		return r.neg.start()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.states) > 0 {
@@ -537,6 +542,9 @@ func (r *Regex) Start() int32 {
 func (r *Regex) Step(s int32, c rune) int32 {
 	if s < 0 {
 		return Dead
+	}
+	if r.neg != nil {
+		return r.neg.step(s, c)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -586,6 +594,9 @@ func (r *Regex) Accepting(s int32) bool {
 	if s < 0 {
 		return false
 	}
+	if r.neg != nil {
+		return r.neg.accepting(s)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.states[s].accept
@@ -597,6 +608,9 @@ func (r *Regex) MinChars(s int32) (chars, bytes int) {
 	if s < 0 {
 		return inf, inf
 	}
+	if r.neg != nil {
+		return r.neg.minChars(s)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.states[s].min, r.states[s].minB
@@ -607,6 +621,17 @@ func (r *Regex) MinChars(s int32) (chars, bytes int) {
 // already accepts.
 func (r *Regex) CheapestNext(s int32) (rune, bool) {
 	if s < 0 {
+		return 0, false
+	}
+	if r.neg != nil {
+		if r.neg.accepting(s) {
+			return 0, false
+		}
+		for _, c := range r.neg.reps {
+			if t := r.neg.step(s, c); t != Dead && r.neg.accepting(t) {
+				return c, true
+			}
+		}
 		return 0, false
 	}
 	r.mu.Lock()
@@ -644,6 +669,9 @@ func (r *Regex) MatchString(s string) bool {
 func (r *Regex) AcceptsRange(s int32, lo, hi rune) bool {
 	if s < 0 {
 		return false
+	}
+	if r.neg != nil {
+		return r.neg.acceptsRange(s, lo, hi)
 	}
 	r.mu.Lock()
 	st := r.states[s]
