@@ -47,8 +47,9 @@
 //     complement that has a schema form — additionalProperties and
 //     patternProperties are broken by requiring a property the kept
 //     branch lists, a format by strings outside a superset of it;
-//     multipleOf and uniqueItems have no such part. Every accepted document matches exactly one branch; some
-//     that do are not generated. Where no branch survives, strict mode
+//     multipleOf and uniqueItems have no such part. Every accepted
+//     document matches exactly one branch; some that do are not
+//     generated. Where no branch survives, strict mode
 //     refuses oneOf with its location and lenient mode enforces it as
 //     anyOf, listed in Unenforced.
 //   - maxContains bounds only the items the matcher counted for contains.
