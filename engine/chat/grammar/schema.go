@@ -28,9 +28,13 @@
 // (in code points), pattern (ECMA-262, see package regex), the formats
 // listed in format.go (each a regular subset of its RFC), $ref/$defs/
 // definitions with recursion, $id (and draft-4 id) relative refs and
-// $anchor, boolean schemas; oneOf, not and if/then/else when the schemas
-// involved have simple complements (see negate: type, const and enum of
-// scalars, required, bounds, and properties of those), anyOf.
+// $anchor, boolean schemas; anyOf; not and if/then/else when the schema
+// negated has an exact complement (see complement in oneof.go: type,
+// const, enum, bounds, pattern, required, properties, items, contains,
+// dependencies, not, allOf, anyOf, if/then/else of those); oneOf when its
+// branches are disjoint by a decidable discriminator (types, const/enum
+// or pattern of a property one branch requires, a property the other
+// forbids) or have exact complements.
 //
 // Approximated (the matcher accepts a superset or a subset, as stated):
 //   - allOf is merged into one schema: keyword by keyword intersection
@@ -38,9 +42,16 @@
 //     formats and multipleOf all apply; anyOf/oneOf as the product of
 //     their branches, up to 128). A member that is a recursive reference
 //     cannot be inlined and is reported as not enforced.
-//   - oneOf whose branches have no simple complement is treated as anyOf
-//     (Grammar.Approximated lists these): a value matching two branches
-//     is accepted.
+//   - other oneOf is enforced as a subset (Grammar.Approximated lists
+//     these): each branch excludes the others by the part of their
+//     complement that has a schema form — additionalProperties and
+//     patternProperties are broken by requiring a property the kept
+//     branch lists, a format by strings outside a superset of it;
+//     multipleOf and uniqueItems have no such part. Every accepted
+//     document matches exactly one branch; some that do are not
+//     generated. Where no branch survives, strict mode
+//     refuses oneOf with its location and lenient mode enforces it as
+//     anyOf, listed in Unenforced.
 //   - maxContains bounds only the items the matcher counted for contains.
 //   - uniqueItems is exact for scalar items (strings, numbers, literals);
 //     for object and array items it is not enforced.
@@ -138,7 +149,7 @@ type node struct {
 	plain  bool           // no constraint: plain text leaves the state unchanged
 
 	// tokens that stay inside the string, per vocabulary and automaton
-	// states (see Matcher.inStringCached); nil without res
+	// states (see Matcher.inString); nil without res
 	strCache *tokenCache
 
 	// number
@@ -153,6 +164,10 @@ type node struct {
 	alts []*node
 
 	cost int // fewest bytes of a value (costInf: none), see computeCosts
+
+	// pending marks the placeholder of a recursive schema still being
+	// compiled (kAny until filled in): not "any value".
+	pending bool
 }
 
 type prop struct {
@@ -215,8 +230,8 @@ type Grammar struct {
 }
 
 // Approximated lists the keywords (with their locations) enforced only
-// approximately, as the package comment describes (oneOf whose branches
-// have no simple complement).
+// approximately, as the package comment describes (oneOf enforced as a
+// subset of its values).
 func (g *Grammar) Approximated() []string { return g.approx }
 
 // Unenforced lists the keywords (with their locations) a lenient
@@ -243,7 +258,8 @@ func CompileOptions(schema json.RawMessage, opts Options) (*Grammar, error) {
 		return nil, fmt.Errorf("json schema: %w", err)
 	}
 	c := &compiler{opts: opts, root: root, ids: map[string]any{}, bases: map[*obj]string{},
-		cache: map[*obj]*node{}, draft: 2020}
+		cache: map[*obj]*node{}, compiled: map[*obj]compiledSchema{},
+		patterns: map[string]*regex.Regex{}, disjointRes: map[[2]*regex.Regex]bool{}, draft: 2020}
 	if opts.Draft != 0 {
 		c.draft = opts.Draft
 	}
@@ -257,6 +273,7 @@ func CompileOptions(schema json.RawMessage, opts Options) (*Grammar, error) {
 	if c.err != nil {
 		return nil, fmt.Errorf("json schema: %w", c.err)
 	}
+	c.refused, c.approx = uniqueStrings(c.refused), uniqueStrings(c.approx)
 	if len(c.refused) > 0 && !opts.Lenient {
 		return nil, fmt.Errorf("json schema: %w: %s", ErrUnsupported, strings.Join(c.refused, "; "))
 	}
@@ -274,6 +291,20 @@ func CompileOptions(schema json.RawMessage, opts Options) (*Grammar, error) {
 
 const defaultBase = "urn:macpool:schema"
 
+// uniqueStrings drops repeated entries (a sub-schema compiled in several
+// alternatives reports once), keeping the first order.
+func uniqueStrings(list []string) []string {
+	seen := map[string]bool{}
+	out := list[:0]
+	for _, s := range list {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 func draftOf(s string) int {
 	switch {
 	case strings.Contains(s, "draft-03"), strings.Contains(s, "draft-04"):
@@ -289,16 +320,24 @@ func draftOf(s string) int {
 }
 
 type compiler struct {
-	opts    Options
-	draft   int
-	root    any
-	ids     map[string]any // absolute URI (with #anchor for anchors) → schema
-	bases   map[*obj]string
-	cache   map[*obj]*node
-	refused []string
-	approx  []string
-	err     error
-	depth   int
+	opts     Options
+	draft    int
+	root     any
+	ids      map[string]any // absolute URI (with #anchor for anchors) → schema
+	bases    map[*obj]string
+	cache    map[*obj]*node
+	refused  []string
+	approx   []string
+	err      error
+	depth    int
+	compiled map[*obj]compiledSchema
+	// patterns and disjointRes cache regex work of oneOf exclusions.
+	trials      int
+	patterns    map[string]*regex.Regex
+	disjointRes map[[2]*regex.Regex]bool
+	// oneOfDepth counts the oneOf exclusions being compiled, one inside
+	// another (recursive branches inline their targets).
+	oneOfDepth int
 }
 
 func (c *compiler) fail(format string, args ...any) *node {
@@ -441,12 +480,36 @@ func (c *compiler) compile(s any, path, base string) *node {
 		}
 		return neverNode
 	case *obj:
-		if b, ok := c.bases[v]; ok {
-			base = b
+		b, original := c.bases[v]
+		if !original {
+			return c.compileObj(v, path, base)
 		}
-		return c.compileObj(v, path, base)
+		// A schema of the document compiles to one node wherever it is
+		// used (oneOf alternatives share their unchanged parts); what it
+		// refused or approximated is recorded again at each use.
+		// Met again while it compiles (a oneOf branch inlined its
+		// recursive target): the placeholder, filled in below, as for $ref.
+		if e, ok := c.compiled[v]; ok {
+			c.refused = append(c.refused, e.refused...)
+			c.approx = append(c.approx, e.approx...)
+			return e.n
+		}
+		n := &node{kind: kAny, pending: true}
+		c.compiled[v] = compiledSchema{n: n}
+		r0, a0 := len(c.refused), len(c.approx)
+		fill(n, c.compileObj(v, path, b))
+		c.compiled[v] = compiledSchema{n: n,
+			refused: append([]string(nil), c.refused[r0:]...), approx: append([]string(nil), c.approx[a0:]...)}
+		return n
 	}
 	return c.fail("%s: a schema must be an object or a boolean", path)
+}
+
+// compiledSchema is a compiled schema object of the document and what
+// compiling it recorded.
+type compiledSchema struct {
+	n               *node
+	refused, approx []string
 }
 
 // keywords that only annotate or that this compiler handles elsewhere.
@@ -552,12 +615,11 @@ func (c *compiler) compileObj(s *obj, path, base string) *node {
 		return c.compileObj(merged, path, base)
 	}
 	if alts, key, ok := c.branches(s); ok {
-		if key == "oneOf" {
-			alts = c.exclusive(alts, path, base)
-		}
 		rest := s.clone()
-		rest.del("anyOf")
-		rest.del("oneOf")
+		rest.del(key)
+		if key == "oneOf" {
+			return c.oneOf(rest, alts, path, base)
+		}
 		u := &node{kind: kUnion}
 		for i, a := range alts {
 			p := fmt.Sprintf("%s/%s/%d", path, key, i)
@@ -580,8 +642,8 @@ func (c *compiler) compileObj(s *obj, path, base string) *node {
 		return simplifyUnion(u)
 	}
 	if not, ok := s.m["not"]; ok && !simpleNot(not) {
-		t, _ := c.deref(not, base)
-		if neg, ok := c.negate(t); ok {
+		t, tb := c.deref(not, base)
+		if neg, ok := c.negate(t, tb); ok {
 			rest := s.clone()
 			rest.del("not")
 			prev, _ := rest.m["allOf"].([]any)
@@ -608,23 +670,14 @@ func (c *compiler) compileAt(s any, path, base string) *node {
 	return c.compile(s, path, base)
 }
 
-// branches returns the alternatives of anyOf/oneOf (both: their product).
+// branches returns the alternatives of anyOf, else of oneOf; with both,
+// the anyOf ones (each branch then keeps the oneOf).
 func (c *compiler) branches(s *obj) ([]any, string, bool) {
-	any1, ok1 := s.m["anyOf"].([]any)
-	one, ok2 := s.m["oneOf"].([]any)
-	switch {
-	case ok1 && ok2:
-		var prod []any
-		for _, a := range any1 {
-			for _, b := range one {
-				prod = append(prod, &obj{keys: []string{"allOf"}, m: map[string]any{"allOf": []any{a, b}}})
-			}
-		}
-		return prod, "anyOf", true
-	case ok1:
-		return any1, "anyOf", true
-	case ok2:
-		return one, "oneOf", true
+	if a, ok := s.m["anyOf"].([]any); ok {
+		return a, "anyOf", true
+	}
+	if o, ok := s.m["oneOf"].([]any); ok {
+		return o, "oneOf", true
 	}
 	return nil, "", false
 }
@@ -689,8 +742,8 @@ var assertionKeywords = map[string]bool{
 // ifAsAnyOf rewrites if/then/else of s as the union
 // (if ∧ then) ∨ (¬if ∧ else), when if has a simple complement.
 func (c *compiler) ifAsAnyOf(s *obj, base string) ([]any, bool) {
-	ifs, _ := c.deref(s.m["if"], base)
-	neg, ok := c.negate(ifs)
+	ifs, ib := c.deref(s.m["if"], base)
+	neg, ok := c.negate(ifs, ib)
 	if !ok {
 		return nil, false
 	}
@@ -719,6 +772,14 @@ func simpleNot(v any) bool {
 	for _, k := range o.keys {
 		switch k {
 		case "type":
+		case "anyOf":
+			// ¬(A ∨ B) = ¬A ∧ ¬B: simple when each member is (see not).
+			alts, _ := o.m[k].([]any)
+			for _, a := range alts {
+				if !simpleNot(a) {
+					return false
+				}
+			}
 		case "enum", "const":
 			vals := []any{o.m[k]}
 			if k == "enum" {
@@ -777,54 +838,13 @@ func negateBound(k string, v any) (*obj, string, bool) {
 	return one("min"+k[3:], json.Number(strconv.FormatInt(n+1, 10)), typ)
 }
 
-// exclusive rewrites oneOf branches so that each also excludes the
-// others (branch i ∧ ¬branch j for j ≠ i), when every branch has a simple
-// complement (see negate); otherwise oneOf stays anyOf, recorded as an
-// approximation.
-func (c *compiler) exclusive(alts []any, path, base string) []any {
-	if len(alts) < 2 {
-		return alts
-	}
-	negs := make([][]any, len(alts))
-	for j, a := range alts {
-		t, _ := c.deref(a, base)
-		n, ok := c.negate(t)
-		if !ok {
-			c.approx = append(c.approx, "oneOf at "+path+" (treated as anyOf: a value may match several branches)")
-			return alts
-		}
-		negs[j] = n
-	}
-	out := make([]any, 0, len(alts))
-	for i, a := range alts {
-		parts := []any{a}
-		possible := true
-		for j := range alts {
-			if j == i {
-				continue
-			}
-			if len(negs[j]) == 0 {
-				possible = false // branch j holds for every value
-				break
-			}
-			parts = append(parts, &obj{keys: []string{"anyOf"}, m: map[string]any{"anyOf": negs[j]}})
-		}
-		if possible {
-			out = append(out, &obj{keys: []string{"allOf"}, m: map[string]any{"allOf": parts}})
-		} else {
-			out = append(out, false)
-		}
-	}
-	return out
-}
-
 func simplifyUnion(u *node) *node {
 	var alts []*node
 	for _, a := range u.alts {
 		if a.kind == kNever {
 			continue
 		}
-		if a.kind == kAny {
+		if a.kind == kAny && !a.pending {
 			return anyNode
 		}
 		alts = append(alts, a)
@@ -852,10 +872,22 @@ func (c *compiler) ref(ref, path, base string) *node {
 		return n
 	}
 	// A placeholder filled in after compiling, so recursive schemas work.
-	n := &node{kind: kAny}
+	n := &node{kind: kAny, pending: true}
 	c.cache[o] = n
-	*n = *c.compile(o, ref, tb)
+	fill(n, c.compile(o, ref, tb))
 	return n
+}
+
+// fill makes placeholder p the compiled node r. A placeholder still
+// pending itself (a chain of references back into a schema being
+// compiled) cannot be copied: p becomes a union of it alone, which sees
+// it once filled in.
+func fill(p, r *node) {
+	if r.pending {
+		*p = node{kind: kUnion, alts: []*node{r}}
+		return
+	}
+	*p = *r
 }
 
 // enum compiles enum/const: the literals that also satisfy the schema's
@@ -1098,7 +1130,7 @@ func (c *compiler) not(v any, path, base string, types map[string]bool) []string
 // (if ∧ then) ∨ (¬if ∧ else).
 func (c *compiler) ifThenElse(s *obj, path, base string) *node {
 	rest := s.clone()
-	ifs, _ := c.deref(s.m["if"], base)
+	ifs, ib := c.deref(s.m["if"], base)
 	thenS, hasThen := s.m["then"]
 	elseS, hasElse := s.m["else"]
 	rest.del("if")
@@ -1113,7 +1145,7 @@ func (c *compiler) ifThenElse(s *obj, path, base string) *node {
 	if !hasElse {
 		elseS = true
 	}
-	neg, ok := c.negate(ifs)
+	neg, ok := c.negate(ifs, ib)
 	if !ok {
 		c.refuse(path+"/if", "if", "the condition is not of a decidable form")
 		return c.compileObj(rest, path, base)
@@ -1144,74 +1176,14 @@ func (c *compiler) ifThenElse(s *obj, path, base string) *node {
 	return simplifyUnion(u)
 }
 
-// negate returns schemas whose union is the complement of s, for simple s.
-func (c *compiler) negate(s any) ([]any, bool) {
-	switch s := s.(type) {
-	case bool:
-		if s {
-			return nil, true
-		}
-		return []any{true}, true
-	case *obj:
-		var out []any
-		for _, k := range s.keys {
-			v := s.m[k]
-			switch k {
-			case "type", "const", "enum":
-				if _, complex := v.(*obj); complex && k != "type" {
-					return nil, false
-				}
-				o := newObj()
-				o.set("not", &obj{keys: []string{k}, m: map[string]any{k: v}})
-				out = append(out, o)
-			case "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties":
-				// A bound fails for values of its type past it, and holds for
-				// values of other types.
-				neg, typ, ok := negateBound(k, v)
-				if !ok {
-					return nil, false
-				}
-				out = append(out, &obj{keys: []string{"not"}, m: map[string]any{"not": &obj{keys: []string{"type"}, m: map[string]any{"type": typ}}}})
-				if neg != nil {
-					out = append(out, neg)
-				}
-			case "required":
-				names, _ := v.([]any)
-				for _, n := range names {
-					name, _ := n.(string)
-					o := newObj()
-					props := newObj()
-					props.set(name, false)
-					o.set("properties", props)
-					out = append(out, o)
-				}
-			case "properties":
-				props, _ := v.(*obj)
-				for _, name := range props.keys {
-					sub, ok := c.negate(props.m[name])
-					if !ok {
-						return nil, false
-					}
-					for _, n := range sub {
-						o := newObj()
-						p := newObj()
-						p.set(name, n)
-						o.set("properties", p)
-						out = append(out, o)
-					}
-				}
-			default:
-				if !annotations[k] {
-					return nil, false
-				}
-			}
-		}
-		if len(out) == 0 {
-			return nil, true
-		}
-		return out, true
+// negate returns schemas whose union is the complement of s, when
+// complement finds all of it.
+func (c *compiler) negate(s any, base string) ([]any, bool) {
+	alts, exact := c.complement(s, base, nil, 0)
+	if !exact {
+		return nil, false
 	}
-	return nil, false
+	return alts, true
 }
 
 func (c *compiler) str(s *obj, path string) *node {
@@ -1241,6 +1213,28 @@ func (c *compiler) str(s *obj, path string) *node {
 			n.res = append(n.res, re)
 		}
 		// Unknown formats are annotations (2019-09 and later) and ignored.
+	}
+	negated := false
+	for _, key := range []string{mergedNotPatterns, mergedNotFull} {
+		list, _ := s.m[key].([]string)
+		for _, p := range list {
+			var re *regex.Regex
+			if key == mergedNotPatterns {
+				re = c.pattern(p)
+			} else {
+				re = c.fullPattern(p)
+			}
+			if re != nil {
+				n.res = append(n.res, regex.Complement(re))
+				negated = true
+			}
+		}
+	}
+	if negated && len(n.res) > 1 {
+		// Each automaton alone can finish; together they may not.
+		if empty, known := regex.Empty(n.res...); empty && known {
+			return neverNode
+		}
 	}
 	n.plain = len(n.res) == 0 && n.minLen == 0 && n.maxLen < 0
 	if len(n.res) > 0 {
@@ -1276,6 +1270,11 @@ func formatsOf(s *obj) []string {
 const (
 	mergedPatterns = "\x00patterns"
 	mergedFormats  = "\x00formats"
+	// Strings must not match these (oneOf exclusions, see complement):
+	// patterns with JSON Schema's search semantics, and whole-string
+	// expressions that hold for every value of a format.
+	mergedNotPatterns = "\x00notPatterns"
+	mergedNotFull     = "\x00notFull"
 )
 
 func intKeyword(s *obj, k string) (int, bool) {
@@ -1422,7 +1421,7 @@ func (c *compiler) object(s *obj, path, base string) *node {
 			k := c.str(pn, path+"/propertyNames")
 			for _, key := range pn.keys {
 				switch key {
-				case "pattern", "format", "minLength", "maxLength", "type", mergedPatterns, mergedFormats:
+				case "pattern", "format", "minLength", "maxLength", "type", mergedPatterns, mergedFormats, mergedNotPatterns, mergedNotFull:
 				default:
 					if !annotations[key] {
 						c.refuse(path+"/propertyNames", "propertyNames "+key, "only string keywords apply to keys")
@@ -1777,7 +1776,7 @@ func (c *compiler) merge(path string, a *obj, b any, bbase string) (*obj, bool) 
 				continue
 			}
 			switch k {
-			case mergedPatterns, mergedFormats, mergedMultiples:
+			case mergedPatterns, mergedFormats, mergedMultiples, mergedNotPatterns, mergedNotFull:
 				out.set(k, appendExtra(av, bv))
 				continue
 			}
@@ -1787,10 +1786,69 @@ func (c *compiler) merge(path string, a *obj, b any, bbase string) (*obj, bool) 
 			}
 			out.set(k, merged)
 		}
+		// Properties one side lists are additional properties of the
+		// other: its additionalProperties applies to them.
+		c.closeOver(out, a, b)
+		c.closeOver(out, b, a)
 		// Nested allOf/anyOf/$ref are compiled from the merged object.
 		return out, true
 	}
 	return a, true
+}
+
+// closeOver applies x's additionalProperties, in the merged schema out, to the properties and patternProperties y
+// adds: the names x neither lists nor matches by a pattern. Patterns of y
+// get it whatever they match (stricter where x lists or matches the key:
+// a subset).
+func (c *compiler) closeOver(out, x, y *obj) {
+	// unevaluatedProperties does not apply: y's properties are evaluated.
+	ap, ok := x.m["additionalProperties"]
+	if !ok || ap == true {
+		return
+	}
+	xProps, _ := x.m["properties"].(*obj)
+	xPats, _ := x.m["patternProperties"].(*obj)
+	matched := func(name string) bool {
+		if xPats == nil {
+			return false
+		}
+		for _, p := range xPats.keys {
+			if re := c.pattern(p); re != nil && re.MatchString(name) {
+				return true
+			}
+		}
+		return false
+	}
+	if yProps, ok := y.m["properties"].(*obj); ok {
+		var props *obj
+		for _, name := range yProps.keys {
+			if _, listed := xProps.get(name); listed || matched(name) {
+				continue
+			}
+			if props == nil {
+				props = out.m["properties"].(*obj).clone()
+			}
+			props.set(name, allOfObj(props.m[name], ap))
+		}
+		if props != nil {
+			out.set("properties", props)
+		}
+	}
+	if yPats, ok := y.m["patternProperties"].(*obj); ok {
+		var pats *obj
+		for _, p := range yPats.keys {
+			if _, shared := xPats.get(p); shared {
+				continue
+			}
+			if pats == nil {
+				pats = out.m["patternProperties"].(*obj).clone()
+			}
+			pats.set(p, allOfObj(pats.m[p], ap))
+		}
+		if pats != nil {
+			out.set("patternProperties", pats)
+		}
+	}
 }
 
 func (c *compiler) mergeKeyword(path, k string, av, bv any, bbase string) (any, bool) {

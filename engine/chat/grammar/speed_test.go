@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"fmt"
 	"sort"
 	"testing"
 	"time"
@@ -150,4 +151,87 @@ func TestQwenMaskShortcuts(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFastStringsMatchWalk checks the cached in-string path (instring.go)
+// against the ordinary walk of every token, with and without budgets, on
+// the states of pattern and format strings met on random generations.
+func TestFastStringsMatchWalk(t *testing.T) {
+	v, _, eos := qwenVocab(t)
+	g := mustCompile(t, `{"type":"object","properties":{"p":{"type":"string","pattern":"^[a-z]{2,}-[0-9]+$"},"d":{"type":"string","format":"date-time","minLength":22},
+		"u":{"type":"string","pattern":"é|日本","minLength":6},"e":{"type":"string","format":"email"},"x":{"type":"string","pattern":"^[a-z]+[0-9]*$","maxLength":6}},"required":["p","d","u","e"]}`)
+	snaps := []Matcher{}
+	for _, prefix := range []string{`{"p":"`, `{"p":"ab`, `{"p":"abc-`, `{"p":"abc-1`, `{"p":"ab-1","d":"`, `{"p":"ab-1","d":"2024-0`,
+		`{"p":"ab-1","d":"2024-02-29T1`, `{"p":"ab-1","d":"2024-02-29T12:00:00`, `{"p":"ab-1","d":"2024-02-29T12:00:00.5Z","u":"`,
+		`{"p":"ab-1","d":"2024-02-29T12:00:00.5Z","u":"x\u00e9`, `{"p":"ab-1","d":"2024-02-29T12:00:00.5Z","u":"日`, `{"p":"ab-1","d":"2024-02-29T12:00:00.5Z","u":"é`,
+		`{"p":"ab-1","d":"2024-02-29T12:00:00.5Z","u":"éabcde","e":"a.b@`,
+		`{"p":"ab-1","d":"2024-02-29T12:00:00.5Z","u":"éabcde","e":"a@b","x":"`, `{"p":"ab-1","d":"2024-02-29T12:00:00.5Z","u":"éabcde","e":"a@b","x":"abc`,
+		`{"p":"ab-1","d":"2024-02-29T12:00:00.5Z","u":"éabcde","e":"a@b","x":"abcde`, `{"p":"ab-1","d":"2024-02-29T12:00:00.5Z","u":"éabcde","e":"a@b","x":"ab12`} {
+		m := g.NewMatcher()
+		if err := m.AcceptBytes([]byte(prefix)); err != nil {
+			t.Fatalf("prefix %q: %v", prefix, err)
+		}
+		if !fastString(m) {
+			t.Fatalf("prefix %q: not a cached string state", prefix)
+		}
+		snaps = append(snaps, *m)
+	}
+	// Keys of an object that takes other keys too, and plain strings.
+	kg := mustCompile(t, `{"type":"object","properties":{"alpha":{"type":"integer"},"alpine":{"type":"string"},"beta":{"type":"boolean"}},"additionalProperties":{"type":"string","minLength":20}}`)
+	for _, prefix := range []string{`{"`, `{"al`, `{"alp`, `{"alpha":1,"`, `{"x`, `{"x":"`, `{"x":"abcdefghijklmnopqrstuvwxyz`} {
+		m := kg.NewMatcher()
+		if err := m.AcceptBytes([]byte(prefix)); err != nil {
+			t.Fatalf("prefix %q: %v", prefix, err)
+		}
+		snaps = append(snaps, *m)
+	}
+	// Strings with length bounds only, under budgets.
+	lg := mustCompile(t, `{"type":"object","properties":{"s":{"type":"string","minLength":3,"maxLength":9}},"required":["s"]}`)
+	for _, prefix := range []string{`{"s":"`, `{"s":"a`, `{"s":"abc`, `{"s":"abcdefgh`} {
+		m := lg.NewMatcher()
+		if err := m.AcceptBytes([]byte(prefix)); err != nil {
+			t.Fatalf("prefix %q: %v", prefix, err)
+		}
+		snaps = append(snaps, *m)
+	}
+	fast, slow := make([]bool, v.Size()), make([]bool, v.Size())
+	defer func() { fastStrings = true }()
+	for _, m := range snaps {
+		c := m.MinCloseBytes()
+		for _, left := range []int{-1, c, c + 1, c + 3, c + 8, c + 40} {
+			fastStrings = true
+			var nf, ns int
+			if left < 0 {
+				nf = m.Mask(v, fast)
+			} else {
+				nf = m.mask(v, fast, left)
+			}
+			fastStrings = false
+			if left < 0 {
+				ns = m.Mask(v, slow)
+			} else {
+				ns = m.mask(v, slow, left)
+			}
+			if nf != ns {
+				t.Errorf("state %s budget %d: fast path allows %d tokens, the walk %d", describe(&m), left, nf, ns)
+			}
+			for id := range fast {
+				if fast[id] != slow[id] && id != eos {
+					t.Errorf("state %s budget %d: token %q fast %v walk %v", describe(&m), left, v.tokens[id], fast[id], slow[id])
+					break
+				}
+			}
+		}
+	}
+}
+
+func describe(m *Matcher) string {
+	f := m.states[0]
+	if f.key {
+		return fmt.Sprintf("key %q", f.lit)
+	}
+	if len(f.n.res) > 0 {
+		return fmt.Sprintf("%q after %d characters", f.n.res[0].String(), f.cnt)
+	}
+	return fmt.Sprintf("length %d..%d after %d characters", f.n.minLen, f.n.maxLen, f.cnt)
 }

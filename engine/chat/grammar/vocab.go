@@ -3,7 +3,6 @@ package grammar
 import (
 	"bytes"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +22,8 @@ type Vocab struct {
 
 	all      tokenSet
 	quoted   tokenSet // tokens that end a string (an unescaped '"')
+	plainIn  tokenSet // inStr tokens without a backslash
+	escIn    tokenSet // inStr tokens with one
 	inStr    []bool   // inStr[id]: the token continues a string body without ending it
 	inStrIDs []int32  // the ids with inStr set
 	pend     []uint8  // pend[id]: bytes an inStr token leaves pending (inside an escape or character)
@@ -108,7 +109,7 @@ func NewVocab(tokens [][]byte, eos []int) *Vocab {
 			v.nch[id] = f.cnt
 			switch f.sub {
 			case strEsc:
-				v.pend[id] = 5
+				v.pend[id] = 1 // a short escape (the strings this serves take one)
 			case strHex, strUTF8:
 				v.pend[id] = uint8(f.left)
 			case strSurr:
@@ -120,6 +121,16 @@ func NewVocab(tokens [][]byte, eos []int) *Vocab {
 	}
 	v.all = newTokenSet(tokens, order)
 	v.quoted = newTokenSet(tokens, quoted)
+	var plainIn, escIn []int32
+	for _, id := range v.inStrIDs {
+		if bytes.IndexByte(tokens[id], '\\') >= 0 {
+			escIn = append(escIn, id)
+		} else {
+			plainIn = append(plainIn, id)
+		}
+	}
+	v.plainIn = newTokenSet(tokens, plainIn)
+	v.escIn = newTokenSet(tokens, escIn)
 	return v
 }
 
@@ -164,7 +175,7 @@ func (m *Matcher) mask(v *Vocab, allowed []bool, budget int) int {
 	clear(allowed)
 	set := &v.all
 	count := 0
-	if len(m.states) == 1 && plainOK(m.states[0]) {
+	if fastStrings && len(m.states) == 1 && plainOK(m.states[0]) {
 		// Inside a string that takes any text: the tokens that stay in
 		// it are allowed whatever they spell; only those that end it need
 		// a walk.
@@ -176,30 +187,40 @@ func (m *Matcher) mask(v *Vocab, allowed []bool, budget int) int {
 			count = m.inStringBudget(v, allowed, budget)
 		}
 	}
-	if f := m.states[0]; set == &v.all && budget < 0 && len(m.states) == 1 && f.k == fStr && f.sub == strBody &&
+	if f := m.states[0]; set == &v.all && (budget < 0 || fastStrings) && len(m.states) == 1 && f.k == fStr && f.sub == strBody &&
 		!f.key && len(f.n.res) == 0 && !collects(f) {
 		// A string with length bounds only: a token fits by its count of
-		// code points (one more if it ends inside a character or escape).
+		// code points (one more if it ends inside a character or escape),
+		// and a budget by what it leaves pending, the characters minLength
+		// still wants, the closing quote and the rest of the document.
+		room := costInf
+		if budget >= 0 {
+			room = budget - (&coster{g: m.g}).after(f.parent) - 1
+		}
 		for _, id := range v.inStrIDs {
 			n := int(f.cnt) + int(v.nch[id])
 			if v.pend[id] > 0 {
 				n++
 			}
-			if f.n.maxLen < 0 || n <= f.n.maxLen {
-				allowed[id] = true
-				count++
+			if f.n.maxLen >= 0 && n > f.n.maxLen {
+				continue
 			}
+			if budget >= 0 && int(v.pend[id])+max(f.n.minLen-int(f.cnt)-int(v.nch[id]), 0) > room {
+				continue
+			}
+			allowed[id] = true
+			count++
 		}
 		set = &v.quoted
 	}
-	if set == &v.all && budget < 0 && len(m.states) == 1 && cacheable(m.states[0]) {
+	if set == &v.all && fastString(m) {
 		// A constrained string whose state repeats (a pattern's automaton
-		// state): the tokens that stay inside it are remembered per state.
-		ids := m.inStringCached(v)
-		for _, id := range ids {
-			allowed[id] = true
-		}
-		count = len(ids)
+		// state): the plain tokens that stay inside it are remembered per
+		// state (see instring.go); escapes and the tokens that end it are
+		// walked.
+		cs := &coster{g: m.g, memo: map[*frame]int{}}
+		count = m.maskInString(v, m.inString(v), allowed, budget, cs)
+		count += m.walk(v, &v.escIn, allowed, budget)
 		set = &v.quoted
 	}
 	count += m.walk(v, set, allowed, budget)
@@ -215,10 +236,10 @@ func (m *Matcher) mask(v *Vocab, allowed []bool, budget int) int {
 }
 
 // cacheable reports whether the tokens allowed inside string frame f
-// depend only on its node and automaton states: no length bound, nothing
-// collected, not a key.
+// depend only on its node, automaton states and count of characters:
+// nothing collected, not a key.
 func cacheable(f *frame) bool {
-	return f.k == fStr && f.sub == strBody && !f.key && f.n.strCache != nil && f.n.maxLen < 0 && !collects(f)
+	return f.k == fStr && f.sub == strBody && !f.key && f.n.strCache != nil && !collects(f)
 }
 
 type tokenCache struct {
@@ -234,34 +255,6 @@ type inStrKey struct {
 // maxStrCache bounds the automaton states whose token lists a string node
 // keeps.
 const maxStrCache = 64
-
-// inStringCached returns the tokens that continue the string the single
-// state is reading without ending it.
-func (m *Matcher) inStringCached(v *Vocab) []int32 {
-	f := m.states[0]
-	var kb strings.Builder
-	for _, r := range f.rs {
-		kb.WriteString(strconv.Itoa(int(r)))
-		kb.WriteByte(',')
-	}
-	key := inStrKey{v, kb.String()}
-	if ids, ok := f.n.strCache.m.Load(key); ok {
-		return ids.([]int32)
-	}
-	tmp := make([]bool, v.Size())
-	m.walk(v, &v.all, tmp, -1)
-	var ids []int32
-	for _, id := range v.inStrIDs {
-		if tmp[id] {
-			ids = append(ids, id)
-		}
-	}
-	if f.n.strCache.n.Load() < maxStrCache {
-		f.n.strCache.n.Add(1)
-		f.n.strCache.m.Store(key, ids)
-	}
-	return ids
-}
 
 // inStringBudget allows the tokens that stay inside the string the single
 // state is reading and leave a completion of at most budget bytes: for a
@@ -286,10 +279,31 @@ func (m *Matcher) inStringBudget(v *Vocab, allowed []bool, budget int) int {
 	freeKey := f.with()
 	freeKey.free, freeKey.lit = true, ""
 	free := cs.closeCost(freeKey)
+	// The rest of each listed name the key may still become, by first
+	// byte: a token keeps the key a name prefix only if its bytes (those
+	// before a pending character) begin one of them.
+	var rest [256][][]byte
+	for _, p := range f.parent.n.props {
+		if len(p.name) > len(f.lit) && strings.HasPrefix(p.name, f.lit) {
+			r := []byte(p.name[len(f.lit):])
+			rest[r[0]] = append(rest[r[0]], r)
+		}
+	}
+	litPrefix := anyNamePrefix(f.parent.n, f.lit)
 	for _, id := range v.inStrIDs {
 		t := v.tokens[id]
 		c := free + int(v.pend[id])
-		if anyNamePrefix(f.parent.n, f.lit+string(t[:len(t)-int(min(int(v.pend[id]), len(t)))])) {
+		u := t[:len(t)-min(int(v.pend[id]), len(t))]
+		prefix := len(u) == 0 && litPrefix
+		if len(u) > 0 {
+			for _, r := range rest[u[0]] {
+				if bytes.HasPrefix(r, u) {
+					prefix = true
+					break
+				}
+			}
+		}
+		if prefix {
 			s := []*frame{f}
 			for _, b := range t {
 				if s = m.g.stepAll(s, b, nil); len(s) == 0 {

@@ -38,15 +38,18 @@ type Regex struct {
 	mu     sync.Mutex
 	states []*dstate
 	index  map[string]int32
+
+	neg *complement // set for Complement's result, which uses none of the above
 }
 
 type dstate struct {
-	pcs    []uint32 // NFA threads waiting for a character, sorted
-	accept bool     // the text so far matches (at end of text)
-	all    bool     // a match was found; any continuation matches (search)
-	next   map[rune]int32
-	min    int // fewest further characters to a match
-	minB   int // the same in JSON-encoded bytes
+	pcs    []uint32       // NFA threads waiting for a character, sorted
+	accept bool           // the text so far matches (at end of text)
+	all    bool           // a match was found; any continuation matches (search)
+	next   map[rune]int32 // non-ASCII transitions
+	ascii  [128]int32     // ASCII transitions, as state+1 (0: not built yet)
+	min    int            // fewest further characters to a match
+	minB   int            // the same in JSON-encoded bytes
 }
 
 // ErrUnsupported wraps refusals of non-regular constructs.
@@ -515,6 +518,9 @@ func (r *Regex) intern(pcs []uint32, matched bool) int32 {
 
 // Start returns the state before any character.
 func (r *Regex) Start() int32 {
+	if r.neg != nil {
+		return r.neg.start()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.states) > 0 {
@@ -537,13 +543,20 @@ func (r *Regex) Step(s int32, c rune) int32 {
 	if s < 0 {
 		return Dead
 	}
+	if r.neg != nil {
+		return r.neg.step(s, c)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.states[s]
 	if st.all {
 		return s
 	}
-	if n, ok := st.next[c]; ok {
+	if c >= 0 && c < 128 {
+		if n := st.ascii[c]; n != 0 {
+			return n - 1
+		}
+	} else if n, ok := st.next[c]; ok {
 		return n
 	}
 	seen := make([]bool, len(r.prog.Inst))
@@ -568,7 +581,9 @@ func (r *Regex) Step(s int32, c rune) int32 {
 		}
 	}
 	n := r.intern(set, matched)
-	if len(st.next) < 4096 {
+	if c >= 0 && c < 128 {
+		st.ascii[c] = n + 1
+	} else if len(st.next) < 4096 {
 		st.next[c] = n
 	}
 	return n
@@ -578,6 +593,9 @@ func (r *Regex) Step(s int32, c rune) int32 {
 func (r *Regex) Accepting(s int32) bool {
 	if s < 0 {
 		return false
+	}
+	if r.neg != nil {
+		return r.neg.accepting(s)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -590,6 +608,9 @@ func (r *Regex) MinChars(s int32) (chars, bytes int) {
 	if s < 0 {
 		return inf, inf
 	}
+	if r.neg != nil {
+		return r.neg.minChars(s)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.states[s].min, r.states[s].minB
@@ -600,6 +621,17 @@ func (r *Regex) MinChars(s int32) (chars, bytes int) {
 // already accepts.
 func (r *Regex) CheapestNext(s int32) (rune, bool) {
 	if s < 0 {
+		return 0, false
+	}
+	if r.neg != nil {
+		if r.neg.accepting(s) {
+			return 0, false
+		}
+		for _, c := range r.neg.reps {
+			if t := r.neg.step(s, c); t != Dead && r.neg.accepting(t) {
+				return c, true
+			}
+		}
 		return 0, false
 	}
 	r.mu.Lock()
@@ -637,6 +669,9 @@ func (r *Regex) MatchString(s string) bool {
 func (r *Regex) AcceptsRange(s int32, lo, hi rune) bool {
 	if s < 0 {
 		return false
+	}
+	if r.neg != nil {
+		return r.neg.acceptsRange(s, lo, hi)
 	}
 	r.mu.Lock()
 	st := r.states[s]

@@ -134,3 +134,82 @@ func FuzzCompile(f *testing.F) {
 		r.Accepting(s)
 	})
 }
+
+func TestDisjoint(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{`^https?://.+$`, `^\./.+$`, true},
+		{`^Displace$`, `^Abs$`, true},
+		{`customer`, `maker`, false}, // "customer maker"
+		{`^[a-z]+$`, `^[0-9]+$`, true},
+		{`^[a-z]+$`, `^[a-m]x`, false},
+		{`^a{3}$`, `^a{2,5}$`, false},
+		{`^\d{4}$`, `^\d{5}$`, true},
+		{`^é$`, `^e$`, true},
+	} {
+		a, err := Compile(tc.a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Compile(tc.b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, known := Disjoint(a, b)
+		if !known || got != tc.want {
+			t.Errorf("Disjoint(%s, %s) = %v, %v; want %v, true", tc.a, tc.b, got, known, tc.want)
+		}
+	}
+}
+
+func TestComplement(t *testing.T) {
+	for _, tc := range []struct {
+		pattern string
+		full    bool
+		in      string
+		want    bool
+	}{
+		{"maker", false, "a maker", false},
+		{"maker", false, "make", true},
+		{"^[0-9]+$", false, "123", false},
+		{"^[0-9]+$", false, "12a", true},
+		{"^[0-9]+$", false, "", true},
+		{"[0-9.]+", true, "1.2", false},
+		{"[0-9.]+", true, "1.x", true},
+		{".*", true, "anything", false},
+	} {
+		var r *Regex
+		var err error
+		if tc.full {
+			r, err = CompileFull(tc.pattern)
+		} else {
+			r, err = Compile(tc.pattern)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := Complement(r)
+		if got := n.MatchString(tc.in); got != tc.want {
+			t.Errorf("not %s: MatchString(%q) = %v, want %v", tc.pattern, tc.in, got, tc.want)
+		}
+		// A state the complement can still leave needs a finite number of
+		// characters; one it cannot is dead.
+		s := n.Start()
+		for _, c := range tc.in {
+			s = n.Step(s, c)
+		}
+		if chars, _ := n.MinChars(s); s != Dead && chars >= 1<<29 {
+			t.Errorf("not %s after %q: live state with no way to match", tc.pattern, tc.in)
+		}
+	}
+	a, _ := Compile("^[a-z]+$")
+	b, _ := CompileFull("[a-z0-9]+")
+	if empty, known := Empty(a, Complement(b)); !empty || !known {
+		t.Errorf("Empty(^[a-z]+$, not [a-z0-9]+) = %v, %v; want true, true", empty, known)
+	}
+	if empty, known := Empty(b, Complement(a)); empty || !known {
+		t.Errorf("Empty([a-z0-9]+, not ^[a-z]+$) = %v, %v; want false, true", empty, known)
+	}
+}
