@@ -227,8 +227,10 @@
   // recent error of the coordinator, and a page left open without a key
   // would fill that list with its own.
   async function poll() {
+    // The key this request carries: the field may change while it is in
+    // flight, and a refusal only says this key is wrong.
+    const key = $("chat-key").value.trim();
     try {
-      const key = $("chat-key").value.trim();
       if (state.refusedKey !== null && key === state.refusedKey) {
         await fetchMetrics();
         return;
@@ -245,7 +247,7 @@
     } catch (e) {
       state.failures++;
       if (e.status === 401) {
-        state.refusedKey = $("chat-key").value.trim();
+        state.refusedKey = key;
         setConn("down", state.refusedKey ? "the API key was refused" : "an API key is needed: type it into the page");
       } else {
         setConn("down", "status unavailable");
