@@ -178,6 +178,7 @@ struct DownCombineParams {
 	uint inter;      // inputs of a routed expert's down projection
 	uint has_shared;
 	uint si;         // inputs of the shared expert's down projection
+	uint has_res;    // also res = ra + rb (a residual add of dst), as add
 };
 
 // dot8 is one SIMD-group's dot product of x (Kd values) with row n of a
@@ -205,7 +206,9 @@ inline float dot8(device const uchar *W, device const uchar *S, device const uch
 // expression in its order, so the result has the bits of the four separate
 // dispatches. The shared gate is recomputed by every SIMD-group of a token
 // (one row of H values; cheaper than a dispatch at decode). Grid
-// (ceil(H/MM_SG), T), 32*MM_SG threads; one SIMD-group per output.
+// (ceil(H/MM_SG), T), 32*MM_SG threads; one SIMD-group per output. With
+// has_res the residual add that follows (res = ra + rb, add's expression)
+// is its epilogue (metal/fuse.go).
 kernel void moe_down_combine(device float *dst [[buffer(0)]],
                              device const float *h [[buffer(1)]],
                              device const ExpertPtrs *table [[buffer(2)]],
@@ -223,6 +226,9 @@ kernel void moe_down_combine(device float *dst [[buffer(0)]],
                              device const uchar *GB [[buffer(14)]],
                              constant WeightParams &gwp [[buffer(15)]],
                              constant DownCombineParams &p [[buffer(16)]],
+                             device float *res [[buffer(17)]],
+                             device const float *ra [[buffer(18)]],
+                             device const float *rb [[buffer(19)]],
                              uint2 tg [[threadgroup_position_in_grid]],
                              uint sg [[simdgroup_index_in_threadgroup]],
                              uint lane [[thread_index_in_simdgroup]]) {
@@ -241,5 +247,10 @@ kernel void moe_down_combine(device float *dst [[buffer(0)]],
 		float g = dot8(GW, GS, GB, gwp, 0, x + ulong(t) * p.H, p.H, lane) + 0.0f;
 		acc += ys / (1.0f + exp(-g));
 	}
-	if (lane == 0) dst[ulong(t) * p.H + n] = acc;
+	if (lane == 0) {
+		ulong i = ulong(t) * p.H + n;
+		dst[i] = acc;
+		// One of ra, rb is dst: written and re-read by this lane (res may alias either).
+		if (p.has_res != 0) res[i] = ra[i] + rb[i];
+	}
 }

@@ -1,0 +1,201 @@
+// Fused kernels: one dispatch where the dense path would take two, each with
+// the bits of the dispatches it replaces (the same expressions in the same
+// order; metal/fuse.go decides when to use them and the tests compare bits).
+// Also the embedding of token ids that stay on the device (engine.DeviceTokenOps).
+#include "common.h"
+
+struct FMatMulParams {
+	uint M, N, K;
+	uint has_bias;
+};
+
+struct FNormParams {
+	uint rows, cols, dim;
+	float eps, offset;
+};
+
+#define FM_SG 4 // = MM_SG: SIMD-groups per threadgroup, one weight row each
+#define FM_MB 8 // = MM_MB: x rows per threadgroup
+
+// rmsnorm_matmul: h = rmsnorm(x) (whole rows: dim = K) and
+// dst = h·Wᵀ (+ bias) in one dispatch. Every SIMD-group computes the inverse
+// RMS of its rows as rmsnorm does (32 lanes, lane-strided squares, simd_sum)
+// and normalises each x value with rmsnorm's expression before matmul's
+// product, so h and dst have the bits of rmsnorm followed by matmul. The
+// SIMD-groups of threadgroup column 0, SIMD-group 0, also write h for the
+// ops after the matmul that read it. x and h must not alias. Grid and
+// threads as matmul; M ≤ FM_MB per threadgroup row.
+kernel void rmsnorm_matmul(device float *dst [[buffer(0)]],
+                           device const float *x [[buffer(1)]],
+                           device const uchar *W [[buffer(2)]],
+                           device const uchar *S [[buffer(3)]],
+                           device const uchar *B [[buffer(4)]],
+                           constant WeightParams &wp [[buffer(5)]],
+                           device const float *bias [[buffer(6)]],
+                           constant FMatMulParams &p [[buffer(7)]],
+                           device float *h [[buffer(8)]],
+                           device const float *nw [[buffer(9)]],
+                           constant FNormParams &np [[buffer(10)]],
+                           uint2 tg [[threadgroup_position_in_grid]],
+                           uint sg [[simdgroup_index_in_threadgroup]],
+                           uint lane [[thread_index_in_simdgroup]]) {
+	uint n = tg.x * FM_SG + sg;
+	uint m0 = tg.y * FM_MB;
+	if (n >= p.N) return; // the whole SIMD-group leaves together
+	uint mc = min(uint(FM_MB), p.M - m0);
+	float inv[FM_MB];
+	for (uint m = 0; m < mc; m++) {
+		ulong base = ulong(m0 + m) * p.K;
+		float ss = 0.0f;
+		for (uint i = lane; i < p.K; i += 32) {
+			float v = x[base + i];
+			ss += v * v;
+		}
+		ss = simd_sum(ss);
+		inv[m] = 1.0f / sqrt(ss / float(np.dim) + np.eps);
+		if (tg.x == 0 && sg == 0) {
+			for (uint i = lane; i < p.K; i += 32) h[base + i] = (np.offset + nw[i]) * (x[base + i] * inv[m]);
+		}
+	}
+	float acc[FM_MB];
+	for (uint m = 0; m < FM_MB; m++) acc[m] = 0.0f;
+	uint chunks = p.K / 8;
+	for (uint c = lane; c < chunks; c += 32) {
+		float w[8];
+		load8(W, S, B, wp, n, c, w);
+		for (uint m = 0; m < mc; m++) {
+			device const float *xr = x + ulong(m0 + m) * p.K + 8 * c;
+			float s = 0.0f;
+			for (uint k = 0; k < 8; k++) {
+				float xn = (np.offset + nw[8 * c + k]) * (xr[k] * inv[m]);
+				s += w[k] * xn;
+			}
+			acc[m] += s;
+		}
+	}
+	for (uint m = 0; m < mc; m++) {
+		float s = simd_sum(acc[m]);
+		if (lane == 0) dst[ulong(m0 + m) * p.N + n] = s + (p.has_bias != 0 ? bias[n] : 0.0f);
+	}
+}
+
+// matmul_add: dst = x·Wᵀ (+ bias) as matmul, then res = a + b as add, where
+// one of a, b is dst (a residual add of the product): each output element
+// is written and re-read by the lane that computed it, so res may alias a
+// or b. Grid and threads as matmul.
+kernel void matmul_add(device float *dst [[buffer(0)]],
+                       device const float *x [[buffer(1)]],
+                       device const uchar *W [[buffer(2)]],
+                       device const uchar *S [[buffer(3)]],
+                       device const uchar *B [[buffer(4)]],
+                       constant WeightParams &wp [[buffer(5)]],
+                       device const float *bias [[buffer(6)]],
+                       constant FMatMulParams &p [[buffer(7)]],
+                       device float *res [[buffer(8)]],
+                       device const float *a [[buffer(9)]],
+                       device const float *b [[buffer(10)]],
+                       uint2 tg [[threadgroup_position_in_grid]],
+                       uint sg [[simdgroup_index_in_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]]) {
+	uint n = tg.x * FM_SG + sg;
+	uint m0 = tg.y * FM_MB;
+	if (n >= p.N) return; // the whole SIMD-group leaves together
+	uint mc = min(uint(FM_MB), p.M - m0);
+	float acc[FM_MB];
+	for (uint m = 0; m < FM_MB; m++) acc[m] = 0.0f;
+	uint chunks = p.K / 8;
+	for (uint c = lane; c < chunks; c += 32) {
+		float w[8];
+		load8(W, S, B, wp, n, c, w);
+		for (uint m = 0; m < mc; m++) {
+			device const float *xr = x + ulong(m0 + m) * p.K + 8 * c;
+			float s = 0.0f;
+			for (uint k = 0; k < 8; k++) s += w[k] * xr[k];
+			acc[m] += s;
+		}
+	}
+	for (uint m = 0; m < mc; m++) {
+		float s = simd_sum(acc[m]);
+		if (lane == 0) {
+			ulong i = ulong(m0 + m) * p.N + n;
+			dst[i] = s + (p.has_bias != 0 ? bias[n] : 0.0f);
+			res[i] = a[i] + b[i];
+		}
+	}
+}
+
+struct EmbedRefParams {
+	uint n;    // number of rows
+	uint cols; // hidden size (multiple of 8)
+	uint vocab;
+};
+
+// embed_ref: as embed, but ids[i] ≥ 0 is a token id and ids[i] < 0 names
+// entry -1-ids[i] of tok, a device buffer of token ids an earlier dispatch
+// (argmax) wrote: the id of a greedy step never visits the CPU. An id out
+// of range (argmax of NaN logits writes 0xffffffff; the host reports that
+// error when it reads the ids) embeds row 0 instead of reading past the
+// table. grid (ceil(cols/8/64), n), 64 threads.
+kernel void embed_ref(device float *dst [[buffer(0)]],
+                      device const uchar *W [[buffer(1)]],
+                      device const uchar *S [[buffer(2)]],
+                      device const uchar *B [[buffer(3)]],
+                      constant WeightParams &wp [[buffer(4)]],
+                      device const int *ids [[buffer(5)]],
+                      device const int *tok [[buffer(6)]],
+                      constant EmbedRefParams &p [[buffer(7)]],
+                      uint2 gid [[thread_position_in_grid]]) {
+	uint c = gid.x, i = gid.y;
+	if (i >= p.n || c >= p.cols / 8) return;
+	int id = ids[i];
+	if (id < 0) id = tok[-1 - id];
+	if (id < 0 || uint(id) >= p.vocab) id = 0;
+	float w[8];
+	load8(W, S, B, wp, uint(id), c, w);
+	for (uint k = 0; k < 8; k++) dst[ulong(i) * p.cols + 8 * c + k] = w[k];
+}
+
+struct NormRopeParams {
+	uint rows, heads, head_dim, half_rot;
+	float attn_factor;
+	float eps, offset;
+};
+
+// rmsnorm_rope: x = rope(rmsnorm(x)) in place, per head (QK-norm, then the
+// rotary embedding of a query or key row): the SIMD-group of (head, row)
+// sums the head's squares as rmsnorm does (32 lanes, lane-strided,
+// simd_sum), normalises each value with rmsnorm's expression and rotates
+// the pairs (i, i + half_rot) with rope's expressions, so the bits are
+// those of rmsnorm followed by rope. The lane of pair i is the only reader
+// and writer of values i and i + half_rot; values past the rotary part
+// are only normalised. grid (heads, rows), 32 threads.
+kernel void rmsnorm_rope(device float *x [[buffer(0)]],
+                         device const float *w [[buffer(1)]],
+                         device const int *pos [[buffer(2)]],
+                         device const float *inv_freq [[buffer(3)]],
+                         constant NormRopeParams &p [[buffer(4)]],
+                         uint2 tg [[threadgroup_position_in_grid]],
+                         uint lane [[thread_index_in_simdgroup]]) {
+	uint h = tg.x, r = tg.y;
+	if (h >= p.heads || r >= p.rows) return;
+	device float *v = x + (ulong(r) * p.heads + h) * p.head_dim;
+	float ss = 0.0f;
+	for (uint i = lane; i < p.head_dim; i += 32) {
+		float e = v[i];
+		ss += e * e;
+	}
+	ss = simd_sum(ss);
+	float inv = 1.0f / sqrt(ss / float(p.head_dim) + p.eps);
+	for (uint i = lane; i < p.head_dim; i += 32) {
+		if (i < p.half_rot) {
+			float x1 = (p.offset + w[i]) * (v[i] * inv);
+			float x2 = (p.offset + w[i + p.half_rot]) * (v[i + p.half_rot] * inv);
+			float a = float(pos[r]) * inv_freq[i];
+			float c = precise::cos(a) * p.attn_factor, s = precise::sin(a) * p.attn_factor;
+			v[i] = x1 * c - x2 * s;
+			v[i + p.half_rot] = x2 * c + x1 * s;
+		} else if (i >= 2 * p.half_rot) {
+			v[i] = (p.offset + w[i]) * (v[i] * inv);
+		}
+	}
+}
