@@ -166,7 +166,7 @@ func TestNormRopeBits(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, c := range []struct {
 		heads, kvHeads, hd, rot, rows int
-		offset                     float32
+		offset                        float32
 	}{{4, 2, 64, 64, 1, 0}, {8, 2, 128, 32, 3, 1}, {2, 1, 256, 64, 300, 0}} {
 		nq, nk := vecHost(r, c.hd), vecHost(r, c.hd)
 		qv, kv := randn(r, c.rows*c.heads*c.hd), randn(r, c.rows*c.kvHeads*c.hd)

@@ -275,7 +275,6 @@ func TestMoEDownCombineModelBits(t *testing.T) {
 	}
 }
 
-
 // TestModelsUnderSeeds runs two hybrid fixtures (attention with threadgroup
 // memory, DeltaNet, MoE) on devices whose threadgroups run their threads in
 // random orders: the logits still match the references.

@@ -132,8 +132,9 @@ func (b *Backend) RMSNorm(dst, x engine.Tensor, w engine.Weight, p engine.NormPa
 		b.dispatch("rmsnorm", [3]int{s.cols / p.Dim, s.rows, 1}, [3]int{32, 1, 1},
 			buf(d.buf), buf(s.buf), gpu.Arg{Buf: wt.data, Off: wt.off}, gpu.Arg{Bytes: params})
 	}
-	if p.Dim != s.cols && d == s && b.canFuse("rmsnorm_rope") {
-		// Held: a QK-norm; the Rope of its tensor may follow (rmsnorm_rope).
+	if d == s && b.canFuse("rmsnorm_rope") {
+		// Held: an in-place norm (QK-norm; with one KV head the key's norm
+		// spans the row); the Rope of its tensor may follow (rmsnorm_rope).
 		b.holdHead(&heldOp{kind: heldNorm, normDst: d, normX: s, normW: wt, normParams: params, normDim: p.Dim, normEps: p.Eps, normOffset: p.Offset, emit: emit})
 		return
 	}

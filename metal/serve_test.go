@@ -26,6 +26,11 @@ import (
 // serveTokens runs a greedy completion job on e and returns the generated ids.
 // With logprobs the request needs its logits (no GPU argmax).
 func serveTokens(ctx context.Context, e *runner.Runner, prompt []int, maxTokens int, logprobs bool) ([]int, error) {
+	return serveSlow(ctx, e, prompt, maxTokens, logprobs, 0)
+}
+
+// serveSlow is serveTokens with a consumer that takes delay per event.
+func serveSlow(ctx context.Context, e *runner.Runner, prompt []int, maxTokens int, logprobs bool, delay time.Duration) ([]int, error) {
 	temp, one := 0.0, 1
 	j := &job.Job{ID: "t", Kind: job.KindCompletion, Model: "test", Completion: &openai.CompletionRequest{
 		Model: "test", Prompt: openai.Prompt{Tokens: [][]int{prompt}}, MaxTokens: &maxTokens, Temperature: &temp}}
@@ -35,6 +40,7 @@ func serveTokens(ctx context.Context, e *runner.Runner, prompt []int, maxTokens 
 	var mu sync.Mutex
 	var ids []int
 	err := e.GenerateResume(ctx, j, nil, func(_ *job.Event, t []int) error {
+		time.Sleep(delay) // a slow client (not synchronisation)
 		mu.Lock()
 		ids = append(ids, t...)
 		mu.Unlock()
@@ -201,8 +207,9 @@ func (c dispatchCounterCB) Dispatch(p gpu.Pipeline, groups, threads [3]int, args
 // launched, fed the device's ids, before the ids are read), and on the CPU
 // (plain). Requests stop at max_tokens 1, 3 and 8 and at an EOS id met
 // mid-generation, run concurrently (sequences leave the batch while their
-// overshoot step is in flight), and a later request reuses their prefix
-// cache: every token is the CPU's, and the metal run did take the
+// overshoot step is in flight), one with a consumer slower than the
+// scheduler waits for (its speculative steps rolled back), and a later
+// request reuses their prefix cache: every token is the CPU's, and the metal run did take the
 // pipelined path (embed_ref dispatches: ids embedded from the device).
 func TestServePipelined(t *testing.T) {
 	skipWithoutDevice(t)
@@ -267,7 +274,14 @@ func TestServePipelined(t *testing.T) {
 				errs := make([]error, len(prompts))
 				var wg sync.WaitGroup
 				for i := range prompts {
-					wg.Go(func() { out[i], errs[i] = serveTokens(ctx, e, prompts[i], maxTokens[i], false) })
+					// Request 4's consumer is slower than the scheduler's
+					// wait for the batch (20 ms): its speculative steps are
+					// rolled back and rerun when it comes back.
+					delay := time.Duration(0)
+					if i == 4 {
+						delay = 60 * time.Millisecond
+					}
+					wg.Go(func() { out[i], errs[i] = serveSlow(ctx, e, prompts[i], maxTokens[i], false, delay) })
 				}
 				wg.Wait()
 				for i, err := range errs {
