@@ -43,6 +43,114 @@ type heldOp struct {
 	out  *Tensor
 	fuse func(res, a, b *Tensor) bool // false: it cannot (then emit)
 	emit func()
+	// A group of matmuls of one x (MatMul): mm, and the norm that
+	// produced x if it is fused in (then x is its output, h).
+	x    *Tensor
+	norm *heldOp
+	mm   []mmEntry
+}
+
+// mmEntry is one held MatMul: its output, weight and matmul arguments
+// (dst, x, W, S, B, WeightParams, bias, MatMulParams).
+type mmEntry struct {
+	d       *Tensor
+	w       *Weight
+	args    []gpu.Arg
+	hasBias int
+}
+
+// joins says whether a product into d may join the group: d is not read
+// by it (x, the norm's input) and not written by it already.
+func (h *heldOp) joins(d *Tensor) bool {
+	if d == h.x || h.norm != nil && d == h.norm.normX {
+		return false
+	}
+	for _, e := range h.mm {
+		if e.d == d {
+			return false
+		}
+	}
+	return true
+}
+
+// holdGroup holds a group of matmuls of one x; emitted as matmul,
+// rmsnorm_matmul or matmul_multi, and as matmul_add when it is one plain
+// matmul followed by a residual add of its output.
+func (b *Backend) holdGroup(h *heldOp) {
+	h.emit = func() { b.emitGroup(h) }
+	if h.norm == nil && len(h.mm) == 1 {
+		h.out = h.mm[0].d
+	}
+	h.fuse = func(res, a, c *Tensor) bool {
+		if h.norm != nil || len(h.mm) != 1 || res == h.x {
+			return false // other SIMD-groups still read x
+		}
+		checkFusedShapes("matmul_add", res, a, c)
+		e := h.mm[0]
+		b.dispatch("matmul_add", matmulGrid(e), [3]int{128, 1, 1}, append(e.args[:8:8], buf(res.buf), buf(a.buf), buf(c.buf))...)
+		return true
+	}
+	if !b.canFuse("matmul_add") && !b.canFuse("matmul_multi") && h.norm == nil {
+		h.emit()
+		return
+	}
+	b.hold(h)
+}
+
+func matmulGrid(e mmEntry) [3]int {
+	return [3]int{ceil(e.w.rows, 4), ceil(e.d.rows, 8), 1} // MM_SG, MM_MB
+}
+
+// emitGroup encodes a held group of matmuls.
+func (b *Backend) emitGroup(h *heldOp) {
+	threads := [3]int{128, 1, 1}
+	normArgs := func(n *heldOp) []gpu.Arg {
+		return []gpu.Arg{buf(n.normDst.buf), {Buf: n.normW.data, Off: n.normW.off}, {Bytes: n.normParams}}
+	}
+	if len(h.mm) == 1 {
+		e := h.mm[0]
+		if h.norm == nil {
+			b.dispatch("matmul", matmulGrid(e), threads, e.args...)
+			return
+		}
+		fa := append(e.args[:8:8], normArgs(h.norm)...)
+		fa[1] = buf(h.norm.normX.buf) // the kernel normalises the norm's input
+		b.dispatch("rmsnorm_matmul", matmulGrid(e), threads, fa...)
+		return
+	}
+	d := gpu.Arg{Buf: b.dummy}
+	args := make([]gpu.Arg, 29)
+	N, rows := 0, 0
+	params := []any{h.x.rows, h.x.cols, len(h.mm), 0}
+	var ns, bs [4]int
+	for j := range 4 {
+		args[j], args[5+3*j], args[6+3*j], args[7+3*j] = d, d, d, d
+		args[17+j], args[21+j] = h.mm[0].args[5], d
+		if j < len(h.mm) {
+			e := h.mm[j]
+			args[j] = e.args[0]
+			args[5+3*j], args[6+3*j], args[7+3*j] = e.args[2], e.args[3], e.args[4]
+			args[17+j], args[21+j] = e.args[5], e.args[6]
+			ns[j], bs[j] = e.w.rows, e.hasBias
+			N += e.w.rows
+		}
+	}
+	args[4] = buf(h.x.buf)
+	args[26], args[27], args[28] = d, d, gpu.Arg{Bytes: pack(0, 0, 0, float32(0), float32(0))}
+	if h.norm != nil {
+		params[3] = 1
+		args[4] = buf(h.norm.normX.buf)
+		copy(args[26:], normArgs(h.norm))
+	}
+	for _, v := range ns {
+		params = append(params, v)
+	}
+	for _, v := range bs {
+		params = append(params, v)
+	}
+	args[25] = gpu.Arg{Bytes: pack(params...)}
+	rows = h.x.rows
+	b.dispatch("matmul_multi", [3]int{ceil(N, 4), ceil(rows, 8), 1}, threads, args...)
 }
 
 // maxFuseRows bounds the rows of a fused norm+matmul: every SIMD-group

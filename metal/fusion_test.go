@@ -39,8 +39,9 @@ func loadOn(t *testing.T, name string, cfg Config) (*engine.Model, *Backend) {
 	return m, be
 }
 
-// TestFusionBits: with fusion (RMSNorm into the next matmul, residual adds
-// into the producing matmul or moe_down_combine) every fixture's logits —
+// TestFusionBits: with fusion (RMSNorm into the next matmuls, the matmuls of
+// one input in one dispatch, residual adds into the producing matmul or
+// moe_down_combine, QK-norm into rope) every fixture's logits —
 // a prefill of all positions and six one-token decode steps, where the
 // norm fusion applies — are the same bits as with every op its own
 // dispatch, and the fused kernels did run.
@@ -75,13 +76,16 @@ func TestFusionBits(t *testing.T) {
 			if bad := diffBits(fused, separate); bad > 0 {
 				t.Errorf("%d of %d logits differ between fused and separate dispatches", bad, len(fused))
 			}
-			if countKernel(ft, "rmsnorm_matmul") == 0 || countKernel(ft, "matmul_add")+countKernel(ft, "moe_down_combine") == 0 {
+			if countKernel(ft, "rmsnorm_matmul")+countKernel(ft, "matmul_multi") == 0 || countKernel(ft, "matmul_add")+countKernel(ft, "moe_down_combine") == 0 {
 				t.Errorf("fused run used no fused kernel: %d rmsnorm_matmul, %d matmul_add", countKernel(ft, "rmsnorm_matmul"), countKernel(ft, "matmul_add"))
 			}
 			if name != "hf/qwen2" && countKernel(ft, "rmsnorm_rope") == 0 {
 				t.Errorf("fused run of a QK-norm model used no rmsnorm_rope")
 			}
-			if countKernel(st, "rmsnorm_matmul")+countKernel(st, "matmul_add")+countKernel(st, "rmsnorm_rope") != 0 {
+			if countKernel(ft, "matmul_multi") == 0 {
+				t.Errorf("fused run used no matmul_multi")
+			}
+			if countKernel(st, "rmsnorm_matmul")+countKernel(st, "matmul_add")+countKernel(st, "rmsnorm_rope")+countKernel(st, "matmul_multi") != 0 {
 				t.Errorf("NoFusion run used fused kernels")
 			}
 			if len(ft) >= len(st) {
@@ -210,6 +214,93 @@ func TestNormRopeBits(t *testing.T) {
 		}
 		if n1 != 2 || n2 != 4 {
 			t.Errorf("%+v: %d dispatches fused (want 2), %d separate (want 4)", c, n1, n2)
+		}
+	}
+}
+
+// TestMatMulMultiBits: up to four matmuls of one x (the q, k, v projections;
+// a linear-attention layer's four), in formats that differ per matrix, one
+// with a bias, after the norm that produced x or without one, take one
+// matmul_multi dispatch with the bits of the separate dispatches.
+func TestMatMulMultiBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	const K = 256
+	mats := []struct {
+		f tensor.Format
+		n int
+	}{{tensor.Q4_0, 40}, {tensor.BF16, 24}, {tensor.F32, 8}, {tensor.Q6_K, 12}}
+	var hosts []*tensor.Host
+	for _, m := range mats {
+		hosts = append(hosts, hostOf(r, m.f, m.n, K))
+	}
+	nw, bias := vecHost(r, K), vecHost(r, 24)
+	xv := randn(r, 8*K)
+	for _, rows := range []int{1, 5, 8} {
+		for _, count := range []int{2, 3, 4} {
+			for _, norm := range []bool{false, true} {
+				run := func(noFuse bool) ([][]float32, int) {
+					be, err := New(Config{Device: newTestDevice(t), Name: testBackendName, NoFusion: noFuse})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer be.Close()
+					x, h := be.NewTensor(rows, K), be.NewTensor(rows, K)
+					be.Write(x, xv[:rows*K])
+					nwt, _ := be.Upload(nw)
+					bw, _ := be.Upload(bias)
+					var outs []engine.Tensor
+					var ws []engine.Weight
+					for j := range count {
+						w, err := be.Upload(hosts[j])
+						if err != nil {
+							t.Fatal(err)
+						}
+						ws = append(ws, w)
+						outs = append(outs, be.NewTensor(rows, mats[j].n))
+					}
+					be.StartTrace()
+					in := x
+					if norm {
+						be.RMSNorm(h, x, nwt, engine.NormParams{Dim: K, Eps: 1e-6})
+						in = h
+					}
+					for j := range count {
+						var b engine.Weight
+						if j == 1 {
+							b = bw
+						}
+						be.MatMul(outs[j], in, ws[j], b)
+					}
+					be.Add(outs[0], outs[0], outs[0]) // any later op flushes the group
+					n := len(be.StopTrace())
+					var res [][]float32
+					for j, o := range append(outs, h) {
+						if j == count && !norm {
+							break
+						}
+						v := make([]float32, o.Rows()*o.Cols())
+						if err := be.Read(o, v); err != nil {
+							t.Fatal(err)
+						}
+						res = append(res, v)
+					}
+					return res, n
+				}
+				fused, nf := run(false)
+				sep, ns := run(true)
+				for j := range fused {
+					if bad := diffBits(fused[j], sep[j]); bad > 0 {
+						t.Errorf("rows %d, %d matrices, norm %v: output %d: %d values differ", rows, count, norm, j, bad)
+					}
+				}
+				wantSep := count + 1
+				if norm {
+					wantSep++
+				}
+				if nf != 2 || ns != wantSep {
+					t.Errorf("rows %d, %d matrices, norm %v: %d dispatches fused (want 2), %d separate (want %d)", rows, count, norm, nf, ns, wantSep)
+				}
+			}
 		}
 	}
 }

@@ -67,30 +67,19 @@ func (b *Backend) MatMul(dst, x engine.Tensor, w engine.Weight, bias engine.Weig
 	}
 	args := append([]gpu.Arg{buf(d.buf), buf(s.buf)}, b.weightArgs(wt)...)
 	args = append(args, biasArg, gpu.Arg{Bytes: pack(s.rows, wt.rows, wt.cols, hasBias)})
-	const sg, mb = 4, 8 // MM_SG, MM_MB in dense.metal
-	groups, threads := [3]int{ceil(wt.rows, sg), ceil(s.rows, mb), 1}, [3]int{32 * sg, 1, 1}
+	e := mmEntry{d: d, w: wt, args: args, hasBias: hasBias}
 	if h := b.held; h != nil && h.kind == heldNorm && h.normDst == s && h.normX != d && s.rows <= maxFuseRows && b.canFuse("rmsnorm_matmul") {
-		// The norm that produced x, and this product, in one dispatch.
+		// The norm that produced x, and this product (and the next ones of x).
 		b.held = nil
-		fa := append(args[:8:8], buf(h.normDst.buf), gpu.Arg{Buf: h.normW.data, Off: h.normW.off}, gpu.Arg{Bytes: h.normParams})
-		fa[1] = buf(h.normX.buf) // the kernel normalises the norm's input
-		b.dispatch("rmsnorm_matmul", groups, threads, fa...)
+		b.holdGroup(&heldOp{kind: heldProduct, x: s, norm: h, mm: []mmEntry{e}})
 		return
 	}
-	emit := func() { b.dispatch("matmul", groups, threads, args...) }
-	if !b.canFuse("matmul_add") {
-		emit()
+	if h := b.held; h != nil && h.kind == heldProduct && h.x == s && len(h.mm) < 4 && s.rows <= maxFuseRows && b.canFuse("matmul_multi") && h.joins(d) {
+		h.mm = append(h.mm, e) // another product of the same x
+		h.out = nil
 		return
 	}
-	// Held: a residual add of the product may follow (matmul_add).
-	b.hold(&heldOp{kind: heldProduct, out: d, emit: emit, fuse: func(res, a, c *Tensor) bool {
-		if res == s {
-			return false // other SIMD-groups still read x
-		}
-		checkFusedShapes("matmul_add", res, a, c)
-		b.dispatch("matmul_add", groups, threads, append(args[:8:8], buf(res.buf), buf(a.buf), buf(c.buf))...)
-		return true
-	}})
+	b.holdGroup(&heldOp{kind: heldProduct, x: s, mm: []mmEntry{e}})
 }
 
 // gateUp sets dst = silu(x·gateᵀ) * (x·upᵀ) in one dispatch when the two

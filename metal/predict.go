@@ -62,7 +62,7 @@ func DefaultPredictModel() PredictModel {
 func kernelClass(kernel string) string {
 	switch {
 	case kernel == "matmul" || kernel == "matmul_gate_up" || kernel == "moe_matmul" || kernel == "moe_gate_up" || kernel == "moe_down_combine" ||
-		kernel == "rmsnorm_matmul" || kernel == "matmul_add" || strings.HasPrefix(kernel, "embed"):
+		kernel == "rmsnorm_matmul" || kernel == "matmul_add" || kernel == "matmul_multi" || strings.HasPrefix(kernel, "embed"):
 		return "matvec"
 	case strings.HasPrefix(kernel, "attention"):
 		return "attention"

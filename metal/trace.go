@@ -98,6 +98,17 @@ func dispatchBytes(name string, g, t [3]int, args []gpu.Arg) int64 {
 	case "rmsnorm_matmul": // matmul's arguments, h, norm weight, (rows, cols, dim, eps, offset): + the norm's weight and h
 		m, n, k := u32(arg(7), 0), u32(arg(7), 1), u32(arg(7), 2)
 		return weightBytes(arg(5), n) + 4*m*(n+k) + 4*k + 4*m*k
+	case "matmul_multi": // d0-3, x, (W, S, B)×4, WP×4, bias×4, (M, K, count, norm, N×4, bias×4), h, nw, np
+		m, k, count, norm := u32(arg(25), 0), u32(arg(25), 1), u32(arg(25), 2), u32(arg(25), 3)
+		bytes := 4 * m * k
+		for j := range int(min(count, 4)) {
+			n := u32(arg(25), 4+j)
+			bytes += weightBytes(arg(17+j), n) + 4*m*n
+		}
+		if norm != 0 {
+			bytes += 4*k + 4*m*k
+		}
+		return bytes
 	case "matmul_add": // matmul's arguments, res, a, b: + the residual add's three rows
 		m, n, k := u32(arg(7), 0), u32(arg(7), 1), u32(arg(7), 2)
 		return weightBytes(arg(5), n) + 4*m*(n+k) + 12*m*n

@@ -199,3 +199,108 @@ kernel void rmsnorm_rope(device float *x [[buffer(0)]],
 		}
 	}
 }
+
+struct MultiParams {
+	uint M, K, count; // rows of x, its width, matrices (1-4)
+	uint norm;        // x is normalised on the fly (FNormParams np), h written
+	uint N[4];
+	uint has_bias[4];
+};
+
+// matmul_multi: up to four matmuls of one x (dst_j = x·W_jᵀ + bias_j: the q,
+// k and v projections of a layer, a linear-attention layer's four) in one
+// dispatch, optionally after the norm that produced x (as rmsnorm_matmul).
+// Global row n of the grid is row n - (N_0 + … + N_{j-1}) of matrix j; each
+// SIMD-group computes its row exactly as matmul (or rmsnorm_matmul) does, so
+// every output has their bits. Grid (ceil(ΣN/FM_SG), ceil(M/FM_MB)), 32*FM_SG
+// threads; M ≤ FM_MB when norm is set.
+kernel void matmul_multi(device float *d0 [[buffer(0)]],
+                         device float *d1 [[buffer(1)]],
+                         device float *d2 [[buffer(2)]],
+                         device float *d3 [[buffer(3)]],
+                         device const float *x [[buffer(4)]],
+                         device const uchar *W0 [[buffer(5)]],
+                         device const uchar *S0 [[buffer(6)]],
+                         device const uchar *B0 [[buffer(7)]],
+                         device const uchar *W1 [[buffer(8)]],
+                         device const uchar *S1 [[buffer(9)]],
+                         device const uchar *B1 [[buffer(10)]],
+                         device const uchar *W2 [[buffer(11)]],
+                         device const uchar *S2 [[buffer(12)]],
+                         device const uchar *B2 [[buffer(13)]],
+                         device const uchar *W3 [[buffer(14)]],
+                         device const uchar *S3 [[buffer(15)]],
+                         device const uchar *B3 [[buffer(16)]],
+                         constant WeightParams &wp0 [[buffer(17)]],
+                         constant WeightParams &wp1 [[buffer(18)]],
+                         constant WeightParams &wp2 [[buffer(19)]],
+                         constant WeightParams &wp3 [[buffer(20)]],
+                         device const float *bias0 [[buffer(21)]],
+                         device const float *bias1 [[buffer(22)]],
+                         device const float *bias2 [[buffer(23)]],
+                         device const float *bias3 [[buffer(24)]],
+                         constant MultiParams &p [[buffer(25)]],
+                         device float *h [[buffer(26)]],
+                         device const float *nw [[buffer(27)]],
+                         constant FNormParams &np [[buffer(28)]],
+                         uint2 tg [[threadgroup_position_in_grid]],
+                         uint sg [[simdgroup_index_in_threadgroup]],
+                         uint lane [[thread_index_in_simdgroup]]) {
+	uint n = tg.x * FM_SG + sg;
+	uint j = 0;
+	while (j < p.count && n >= p.N[j]) {
+		n -= p.N[j];
+		j++;
+	}
+	if (j >= p.count) return; // the whole SIMD-group leaves together
+	device float *dst = j == 0 ? d0 : j == 1 ? d1 : j == 2 ? d2 : d3;
+	device const uchar *W = j == 0 ? W0 : j == 1 ? W1 : j == 2 ? W2 : W3;
+	device const uchar *S = j == 0 ? S0 : j == 1 ? S1 : j == 2 ? S2 : S3;
+	device const uchar *B = j == 0 ? B0 : j == 1 ? B1 : j == 2 ? B2 : B3;
+	constant WeightParams &wp = j == 0 ? wp0 : j == 1 ? wp1 : j == 2 ? wp2 : wp3;
+	device const float *bias = j == 0 ? bias0 : j == 1 ? bias1 : j == 2 ? bias2 : bias3;
+	uint N = p.N[j];
+	uint m0 = tg.y * FM_MB;
+	uint mc = min(uint(FM_MB), p.M - m0);
+	float inv[FM_MB];
+	for (uint m = 0; m < FM_MB; m++) inv[m] = 1.0f;
+	if (p.norm != 0) {
+		for (uint m = 0; m < mc; m++) {
+			ulong base = ulong(m0 + m) * p.K;
+			float ss = 0.0f;
+			for (uint i = lane; i < p.K; i += 32) {
+				float v = x[base + i];
+				ss += v * v;
+			}
+			ss = simd_sum(ss);
+			inv[m] = 1.0f / sqrt(ss / float(np.dim) + np.eps);
+			if (tg.x == 0 && sg == 0) {
+				for (uint i = lane; i < p.K; i += 32) h[base + i] = (np.offset + nw[i]) * (x[base + i] * inv[m]);
+			}
+		}
+	}
+	float acc[FM_MB];
+	for (uint m = 0; m < FM_MB; m++) acc[m] = 0.0f;
+	uint chunks = p.K / 8;
+	for (uint c = lane; c < chunks; c += 32) {
+		float w[8];
+		load8(W, S, B, wp, n, c, w);
+		for (uint m = 0; m < mc; m++) {
+			device const float *xr = x + ulong(m0 + m) * p.K + 8 * c;
+			float s = 0.0f;
+			if (p.norm != 0) {
+				for (uint k = 0; k < 8; k++) {
+					float xn = (np.offset + nw[8 * c + k]) * (xr[k] * inv[m]);
+					s += w[k] * xn;
+				}
+			} else {
+				for (uint k = 0; k < 8; k++) s += w[k] * xr[k];
+			}
+			acc[m] += s;
+		}
+	}
+	for (uint m = 0; m < mc; m++) {
+		float s = simd_sum(acc[m]);
+		if (lane == 0) dst[ulong(m0 + m) * N + n] = s + (p.has_bias[j] != 0 ? bias[n] : 0.0f);
+	}
+}

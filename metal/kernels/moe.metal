@@ -52,6 +52,13 @@ kernel void moe_route(device int *idx [[buffer(0)]],
 		}
 		float m = simd_max(bv);
 		uint win = simd_min(bv == m ? be : 0xffffffffu);
+		if (win >= p.E) {
+			// NaN logits: no candidate compares. Expert s (weight NaN) keeps the
+			// gathered kernels inside the expert table; the NaN reaches the
+			// logits, which the host reports (ErrNaNLogits).
+			win = s % p.E;
+			m = as_type<float>(0x7fc00000u); // NaN
+		}
 		if (win % 32 == lane) pr[win / 32] = -1.0f;
 		if (lane == 0) {
 			idx[tg * p.K + s] = int(win);
