@@ -41,7 +41,8 @@ func loadOn(t *testing.T, name string, cfg Config) (*engine.Model, *Backend) {
 
 // TestFusionBits: with fusion (RMSNorm into the next matmuls, the matmuls of
 // one input in one dispatch, residual adds into the producing matmul or
-// moe_down_combine, QK-norm into rope) every fixture's logits —
+// moe_down_combine, QK-norm into rope, DeltaNet's conv and conv state)
+// every fixture's logits —
 // a prefill of all positions and six one-token decode steps, where the
 // norm fusion applies — are the same bits as with every op its own
 // dispatch, and the fused kernels did run.
@@ -81,6 +82,9 @@ func TestFusionBits(t *testing.T) {
 			}
 			if name != "hf/qwen2" && countKernel(ft, "rmsnorm_rope") == 0 {
 				t.Errorf("fused run of a QK-norm model used no rmsnorm_rope")
+			}
+			if countKernel(st, "dn_conv_state") > 0 && (countKernel(ft, "dn_conv_both") == 0 || countKernel(ft, "dn_conv_state") > 0) {
+				t.Errorf("fused run of a DeltaNet model: %d dn_conv_both, %d dn_conv_state", countKernel(ft, "dn_conv_both"), countKernel(ft, "dn_conv_state"))
 			}
 			if countKernel(ft, "matmul_multi") == 0 {
 				t.Errorf("fused run used no matmul_multi")

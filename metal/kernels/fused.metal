@@ -304,3 +304,42 @@ kernel void matmul_multi(device float *d0 [[buffer(0)]],
 		if (lane == 0) dst[ulong(m0 + m) * N + n] = s + (p.has_bias[j] != 0 ? bias[n] : 0.0f);
 	}
 }
+
+struct FConvParams {
+	uint row, n, C, K;
+	uint fresh;
+};
+
+// dn_conv_both: dn_conv and dn_conv_state of one sequence in one dispatch:
+// thread gid computes conv output gid (< n*C) and new state value gid
+// (< (K-1)*C) with those kernels' expressions; u and to are written, x and
+// from only read, so the two parts do not interact. 1-D grid of 256-thread
+// groups over max(n, K-1)*C.
+kernel void dn_conv_both(device float *u [[buffer(0)]],
+                         device float *to [[buffer(1)]],
+                         device const float *x [[buffer(2)]],
+                         device const float *w [[buffer(3)]],
+                         device const float *from [[buffer(4)]],
+                         constant FConvParams &p [[buffer(5)]],
+                         uint gid [[thread_position_in_grid]]) {
+	if (gid < p.n * p.C) {
+		uint t = gid / p.C, c = gid % p.C;
+		float s = 0.0f;
+		for (uint j = 0; j < p.K; j++) {
+			int src = int(t) - int(p.K - 1) + int(j);
+			float v;
+			if (src >= 0) v = x[ulong(p.row + uint(src)) * p.C + c];
+			else v = p.fresh != 0 ? 0.0f : from[ulong(int(p.K - 1) + src) * p.C + c];
+			s += w[c * p.K + j] * v;
+		}
+		u[ulong(t) * p.C + c] = s / (1.0f + exp(-s));
+	}
+	if (gid < (p.K - 1) * p.C) {
+		uint s = gid / p.C, c = gid % p.C;
+		uint i = p.n + s; // index into old state ++ x
+		float v;
+		if (i < p.K - 1) v = p.fresh != 0 ? 0.0f : from[ulong(i) * p.C + c];
+		else v = x[ulong(p.row + i - (p.K - 1)) * p.C + c];
+		to[ulong(s) * p.C + c] = v;
+	}
+}
