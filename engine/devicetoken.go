@@ -115,7 +115,7 @@ func (m *Model) DecodeGreedy(ctx context.Context, seqs []GreedySeq, accept func(
 			}
 		}
 		ids := make([]int, curN)
-		if werr := dt.WaitTokens(slot, ids); werr != nil {
+		if werr := m.waitTokens(dt, slot, ids); werr != nil {
 			// The device failed: nothing it returned is trusted. The
 			// launched steps are rolled back as far as the caches allow.
 			if next != nil {
@@ -156,6 +156,14 @@ func (m *Model) DecodeGreedy(ctx context.Context, seqs []GreedySeq, accept func(
 	}
 }
 
+// waitTokens is dt.WaitTokens under the model's lock: the backend is used
+// by one goroutine at a time (a Forward of another may be encoding).
+func (m *Model) waitTokens(dt DeviceTokenOps, slot int, dst []int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return dt.WaitTokens(slot, dst)
+}
+
 // takeSlot is the next device token slot, round robin: a slot is reused
 // TokenSlots launches later, after the step written into it was read (at
 // most two steps are in flight).
@@ -180,7 +188,7 @@ func rowsOf(in []int) []stepRow {
 
 // drain waits for the step in slot and forgets its ids.
 func (m *Model) drain(dt DeviceTokenOps, slot, n int) {
-	_ = dt.WaitTokens(slot, make([]int, n)) // its error concerns rolled-back work
+	_ = m.waitTokens(dt, slot, make([]int, n)) // its error concerns rolled-back work
 }
 
 // launchGreedy encodes one greedy step of sequences idx (entries -1 are
@@ -392,7 +400,7 @@ func (st *GreedyStep) Wait() ([]int, error) {
 	if !st.waited {
 		st.waited = true
 		st.toks = make([]int, len(st.in))
-		st.err = st.dt.WaitTokens(st.slot, st.toks)
+		st.err = st.m.waitTokens(st.dt, st.slot, st.toks)
 	}
 	return st.toks, st.err
 }
