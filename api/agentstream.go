@@ -74,6 +74,7 @@ func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream,
 		return
 	}
 	w := newSSEWriter(c.Writer, s.cfg.StreamWriteTimeout)
+	resumable(c, w, st)
 	w.start()
 	defer w.end()
 	pw.open(w)
@@ -85,6 +86,7 @@ func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream,
 		}
 		if ev.Err != nil {
 			s.log.Warn("generation failed mid-stream", "request_id", reqID(c), "worker", worker, "error", ev.Err.Message)
+			w.unnumbered()
 			pw.fail(w, ev.Err)
 			w.flush()
 			return
@@ -93,12 +95,15 @@ func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream,
 			usage = ev.Usage
 		}
 		if e := pw.event(w, ev); e != nil {
+			w.unnumbered()
 			pw.fail(w, e)
 			w.flush()
 			return
 		}
 		if w.flush() != nil {
-			return // client gone; ctx is cancelled too
+			setOutcome(c, statusClientGone) // ctx is cancelled too
+			c.Set(ctxDetach, true)
+			return
 		}
 		var err error
 		ev, err = st.Recv(ctx)
@@ -107,8 +112,11 @@ func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream,
 		}
 		if err != nil {
 			if ctx.Err() != nil {
+				setOutcome(c, statusClientGone)
+				c.Set(ctxDetach, true)
 				return
 			}
+			w.unnumbered()
 			pw.fail(w, asError(err))
 			w.flush()
 			return

@@ -20,9 +20,13 @@ func (s *Server) chatCompletions(c *gin.Context) {
 		writeError(c, e)
 		return
 	}
-	id := reqID(c)
-	j := &job.Job{ID: id, Kind: job.KindChat, Model: req.Model, APIKey: keyID(c), Chat: req}
-	g := newChatGen("chatcmpl-"+id, req.Model, s.now(), req.Choices())
+	id, created, e := s.streamStart(c, req.Stream) // resume.go
+	if e != nil {
+		writeError(c, e)
+		return
+	}
+	j := &job.Job{ID: id, Kind: job.KindChat, Model: req.Model, APIKey: keyID(c), Chat: req, Stream: streamInfo(req.Stream, created)}
+	g := newChatGen("chatcmpl-"+id, req.Model, created, req.Choices())
 	g.usageNull = req.Stream && req.IncludeUsage()
 	s.serve(c, j, req.Stream, req.IncludeUsage(), g)
 }

@@ -20,9 +20,13 @@ func (s *Server) completions(c *gin.Context) {
 		writeError(c, e)
 		return
 	}
-	id := reqID(c)
-	j := &job.Job{ID: id, Kind: job.KindCompletion, Model: req.Model, APIKey: keyID(c), Completion: req}
-	g := &completionGen{id: "cmpl-" + id, model: req.Model, created: s.now().Unix(), choices: make([]completionChoice, req.Prompt.Len()*req.Choices()),
+	id, created, e := s.streamStart(c, req.Stream) // resume.go
+	if e != nil {
+		writeError(c, e)
+		return
+	}
+	j := &job.Job{ID: id, Kind: job.KindCompletion, Model: req.Model, APIKey: keyID(c), Completion: req, Stream: streamInfo(req.Stream, created)}
+	g := &completionGen{id: "cmpl-" + id, model: req.Model, created: created.Unix(), choices: make([]completionChoice, req.Prompt.Len()*req.Choices()),
 		usageNull: req.Stream && req.IncludeUsage()}
 	s.serve(c, j, req.Stream, req.IncludeUsage(), g)
 }

@@ -34,7 +34,7 @@ func (s *Server) serve(c *gin.Context, job *job.Job, stream, includeUsage bool, 
 		writeError(c, asError(err))
 		return
 	}
-	defer st.Close()
+	defer release(c, st) // resume.go: Close, or Detach when the client left mid-stream
 	if stream {
 		s.streamEvents(ctx, c, st, includeUsage, g)
 		return
@@ -96,6 +96,7 @@ func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream
 		return
 	}
 	w := newSSEWriter(c.Writer, s.cfg.StreamWriteTimeout)
+	resumable(c, w, st)
 	w.start()
 	defer w.end()
 
@@ -122,6 +123,7 @@ func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream
 		}
 		if w.flush() != nil {
 			setOutcome(c, statusClientGone) // ctx is cancelled too
+			c.Set(ctxDetach, true)
 			return
 		}
 		var err error
@@ -132,6 +134,7 @@ func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream
 		if err != nil {
 			if ctx.Err() != nil {
 				setOutcome(c, statusClientGone)
+				c.Set(ctxDetach, true)
 				return
 			}
 			setOutcome(c, asError(err).HTTPStatus())

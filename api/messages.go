@@ -49,20 +49,33 @@ func (s *Server) messages(c *gin.Context) {
 		writeAnthropicError(c, e)
 		return
 	}
-	id := reqID(c)
+	budget := thinkingBudget(req)
+	if budget > 0 && req.Stream && c.GetHeader(HeaderLastEventID) != "" {
+		// Two jobs behind one stream (messages_budget.go): its frames
+		// carry no ids, so there is nothing to resume.
+		writeAnthropicError(c, &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Param: HeaderLastEventID,
+			Message: "a stream with a thinking budget cannot be resumed; send the request without Last-Event-ID"})
+		return
+	}
+	id, created, e := s.streamStart(c, req.Stream && budget == 0) // resume.go
+	if e != nil {
+		writeAnthropicError(c, e)
+		return
+	}
 	j := &job.Job{ID: id, Kind: job.KindChat, Model: chat.Model, APIKey: keyID(c), Chat: chat}
 	ctx := c.Request.Context()
 	var st job.Stream
-	if b := thinkingBudget(req); b > 0 {
-		st, e = s.submitBudgeted(ctx, j, req.Model, b)
+	if budget > 0 {
+		st, e = s.submitBudgeted(ctx, j, req.Model, budget)
 	} else {
+		j.Stream = streamInfo(req.Stream, created)
 		st, e = s.submitAgentJob(ctx, j, req.Model)
 	}
 	if e != nil {
 		writeAnthropicError(c, e)
 		return
 	}
-	defer st.Close()
+	defer release(c, st)
 	g := newMessageGen("msg_"+id, req.Model)
 	if req.Stream {
 		s.streamProto(ctx, c, st, g, writeAnthropicError)

@@ -47,6 +47,9 @@ func (t submitTracker) Submit(ctx context.Context, j *job.Job) (job.Stream, erro
 	if flag, ok := ctx.Value(submittedKey{}).(*bool); ok {
 		*flag = true
 	}
+	if st, resumed, err := resumeSubmit(ctx, t.Service, j); resumed { // resume.go
+		return st, err
+	}
 	return t.Service.Submit(ctx, j)
 }
 

@@ -49,8 +49,12 @@ func (s *Server) responses(c *gin.Context) {
 		writeError(c, e)
 		return
 	}
+	id, created, e := s.streamStart(c, req.Stream) // resume.go
+	if e != nil {
+		writeError(c, e)
+		return
+	}
 	ctx := c.Request.Context()
-	id := reqID(c)
 	var history []openai.ResponseItem
 	if req.PreviousResponseID != "" {
 		prev, e := s.loadResponse(ctx, req.PreviousResponseID, "previous_response_id")
@@ -66,14 +70,14 @@ func (s *Server) responses(c *gin.Context) {
 		writeError(c, e)
 		return
 	}
-	j := &job.Job{ID: id, Kind: job.KindChat, Model: chat.Model, APIKey: keyID(c), Chat: chat}
+	j := &job.Job{ID: id, Kind: job.KindChat, Model: chat.Model, APIKey: keyID(c), Chat: chat, Stream: streamInfo(req.Stream, created)}
 	st, e := s.submitAgentJob(ctx, j, req.Model)
 	if e != nil {
 		writeError(c, e)
 		return
 	}
-	defer st.Close()
-	g := newResponseGen("resp_"+id, req, s.now().Unix(), namespaces)
+	defer release(c, st)
+	g := newResponseGen("resp_"+id, req, created.Unix(), namespaces)
 	if req.Stored() {
 		g.persist = func(r *openai.Response) {
 			doc, err := json.Marshal(storedResponse{Response: r, Input: input})

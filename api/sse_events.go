@@ -5,8 +5,11 @@ package api
 // SDKs dispatch on the data's "type"; the event line is what they send, and
 // some clients read it).
 func (s *sseWriter) event(name string, v any) {
+	if !s.next() {
+		return
+	}
 	s.buf.WriteString("event: ")
 	s.buf.WriteString(name)
 	s.buf.WriteByte('\n')
-	s.add(v)
+	s.data(v)
 }

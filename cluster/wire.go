@@ -18,15 +18,24 @@ import (
 //	macpool.cancel.<id>          core NATS, coordinator -> workers: stop job id
 //	macpool.raft.apply           core NATS request, follower -> Raft leader: forwarded write
 //	macpool.drain.<node>         core NATS request, coordinator -> worker: drain and leave
+//	macpool.sse.<req>            JetStream stream macpool_sse: the journal of a resumable SSE
+//	                             stream (request id <req>), written by the coordinator that
+//	                             relays it, read by any coordinator a client resumes on
+//	macpool.sselive.<req>        core NATS request, resuming coordinator -> the one relaying
+//	                             <req>: "ok" while it does (and its grace is extended)
 //
 // <model>, <key> and <coord> are Tokens of the model name, API key id and
 // coordinator name; <id> is the coordinator's job id (a NUID).
 const (
-	SubjectJobsPrefix   = "macpool.jobs."
-	SubjectReplyPrefix  = "macpool.reply."
-	SubjectCancelPrefix = "macpool.cancel."
-	SubjectRaftApply    = "macpool.raft.apply"
-	SubjectDrainPrefix  = "macpool.drain."
+	SubjectJobsPrefix    = "macpool.jobs."
+	SubjectReplyPrefix   = "macpool.reply."
+	SubjectCancelPrefix  = "macpool.cancel."
+	SubjectRaftApply     = "macpool.raft.apply"
+	SubjectDrainPrefix   = "macpool.drain."
+	SubjectSSEPrefix     = "macpool.sse."
+	SubjectSSELivePrefix = "macpool.sselive."
+	// SSEStreamName is the JetStream stream of the SSE journals.
+	SSEStreamName = "macpool_sse"
 
 	// HeaderReply names the subject a worker sends the job's frames to.
 	HeaderReply = "Macpool-Reply"

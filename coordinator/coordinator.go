@@ -105,10 +105,19 @@ type Config struct {
 	// a restart or an election its gossip view may not show all workers
 	// yet, and withdrawing would make them unload what they serve.
 	PlacementGrace time.Duration
+	// ResumeGrace is how long a streamed job goes on after its client went
+	// away mid-stream (or a resuming client last asked for it), so that the
+	// client can resume it with Last-Event-ID on any coordinator
+	// (resume.go); then it is cancelled. 0: streams are not resumable
+	// (no journal, no SSE ids) and a client gone cancels its job at once.
+	ResumeGrace time.Duration
 	// NoPrefixRouting turns off offering jobs to the worker that holds
 	// their longest prefix (routing.go); every job goes to the queue.
 	NoPrefixRouting bool
-	// Metrics, if set, records the queue wait of every job (nil-safe).
+	// Metrics, if set, records the queue wait of every job (nil-safe);
+	// Status reports its recent view (failed requests, rates, queue wait),
+	// so the service handed to the HTTP layer should be instrumented with
+	// the same registry (Registry.Instrument, as cmd/macpool does).
 	Metrics *metrics.Registry
 	// Secret, if set, is the cluster secret (docs/security.md): gossip is
 	// encrypted with it, the embedded NATS servers require mutual TLS and
@@ -133,6 +142,7 @@ func DefaultConfig() Config {
 		RetryAfter:             time.Second,
 		Placement:              DefaultPlacementConfig(),
 		PlacementGrace:         30 * time.Second,
+		ResumeGrace:            60 * time.Second,
 	}
 }
 
@@ -149,6 +159,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Name == "":
 		return errors.New("coordinator: name must be set")
+	case c.ResumeGrace < 0:
+		return fmt.Errorf("coordinator: resume grace %v must not be negative", c.ResumeGrace)
 	case c.DataDir == "":
 		return errors.New("coordinator: data dir must be set")
 	case c.NATS == "":
@@ -213,10 +225,11 @@ type Coordinator struct {
 	ensured  sync.Map // model -> int: stream and consumer exist with this many replicas
 	ensureMu sync.Mutex
 
-	keyStreams keyStreams // open streams per API key (keys_limit.go)
-	models     modelState // model install progress, placement tombstones (models.go)
-	routes     router     // workers' prefix summaries (routing.go)
-	keyUse     keyUse     // last use of API keys (keys.go)
+	keyStreams keyStreams    // open streams per API key (keys_limit.go)
+	models     modelState    // model install progress, placement tombstones (models.go)
+	routes     router        // workers' prefix summaries (routing.go)
+	reports    workerReports // the same summaries for Status (status.go)
+	keyUse     keyUse        // last use of API keys (keys.go)
 	// leadSince is when this node last became the Raft leader (unix ns;
 	// restart.go: placement grace).
 	leadSince atomic.Int64
@@ -232,6 +245,10 @@ type Coordinator struct {
 	requeueMu sync.Mutex
 	closing   bool
 	requeues  sync.WaitGroup
+	// journals are the SSE journal writers and detached streams
+	// (resume.go); shutdown waits for them after failing the streams.
+	journals  sync.WaitGroup
+	sse       sseJournal
 	stop      context.CancelFunc
 	stopCtx   context.Context
 	closeOnce sync.Once
@@ -556,6 +573,8 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	c.loops.Add(1)
 	go func() { defer c.loops.Done(); c.routeLoop(c.stopCtx) }() // routing.go
 	c.loops.Add(1)
+	go func() { defer c.loops.Done(); c.reportLoop(c.stopCtx) }() // status.go
+	c.loops.Add(1)
 	go func() { defer c.loops.Done(); c.modelsLoop(c.stopCtx) }() // models.go
 	select {
 	case <-ctx.Done():
@@ -591,6 +610,7 @@ func (c *Coordinator) shutdown(graceful bool) error {
 		v.(*stream).fail(unavailable("coordinator %s is shutting down", c.cfg.Name))
 		return true
 	})
+	c.journals.Wait()
 	if c.ml != nil {
 		if graceful {
 			errs = append(errs, c.ml.Close())

@@ -25,7 +25,7 @@ import (
 // serveHTTP serves the coordinator like the CLI does: the OpenAI API with
 // the coordinator as key checker, and its admin endpoints (keys, drain,
 // model registry, status).
-func serveHTTP(t *testing.T, c *coordinator.Coordinator) *httptest.Server {
+func serveHTTP(t testing.TB, c *coordinator.Coordinator) *httptest.Server {
 	t.Helper()
 	acfg := api.DefaultConfig()
 	acfg.Auth = c

@@ -208,6 +208,7 @@ func (c *Coordinator) Submit(ctx context.Context, job *job.Job) (job.Stream, err
 	}
 	id := nuid.Next()
 	s := &stream{c: c, id: id, model: job.Model, job: job, resumable: true, notify: make(chan struct{}, 1), submitted: time.Now()}
+	c.startJournal(ctx, s) // resume.go: a streamed job's events are kept in the cluster
 	c.streams.Store(id, s)
 
 	msg := nats.NewMsg(cluster.JobsSubject(job.Model, job.APIKey))
@@ -218,6 +219,7 @@ func (c *Coordinator) Submit(ctx context.Context, job *job.Job) (job.Stream, err
 	ack, err := c.routeOrPublish(ctx, s, msg) // routing.go: to a worker holding its prefix, else queued
 	if err != nil {
 		c.streams.Delete(id)
+		s.fail(nil) // ends the journal writer
 		return nil, c.publishError(job, err)
 	}
 	s.mu.Lock()
@@ -431,6 +433,8 @@ type stream struct {
 	lastFrame time.Time // arrival of the last frame
 	next      uint64    // next expected frame seq
 	events    []*job.Event
+	evK       []int    // journal record index of each of events (resume.go)
+	jr        *journal // the SSE journal (resume.go); nil: not resumable
 	done      bool
 	notify    chan struct{}
 
@@ -517,10 +521,11 @@ func (s *stream) frame(f cluster.Frame, m *nats.Msg) {
 	case cluster.FrameEvent:
 		var ce cluster.Event
 		if err := json.Unmarshal(f.Payload, &ce); err != nil {
-			s.events = append(s.events, &job.Event{Worker: s.worker, Err: openai.ServerError("malformed event from worker: %v", err)})
+			s.push(&job.Event{Worker: s.worker, Err: openai.ServerError("malformed event from worker: %v", err)}, 0, nil)
 			s.done = true
-		} else if ev := s.track(&ce); ev != nil {
-			s.events = append(s.events, ev)
+		} else {
+			choice := ce.Event.Choice
+			s.push(s.track(&ce), choice, ce.Tokens)
 		}
 	case cluster.FrameError:
 		oe := cluster.DecodeError(f.Payload)
@@ -533,16 +538,17 @@ func (s *stream) frame(f cluster.Frame, m *nats.Msg) {
 			s.c.failover(s.c.stopCtx, s, w, oe.Message, true)
 			return
 		}
-		s.events = append(s.events, &job.Event{Worker: s.worker, Err: oe})
+		s.push(&job.Event{Worker: s.worker, Err: oe}, 0, nil)
 		s.done = true
 	case cluster.FrameEnd:
 		s.done = true
 	default:
-		s.events = append(s.events, &job.Event{Worker: s.worker, Err: openai.ServerError("unknown frame kind %q", f.Kind)})
+		s.push(&job.Event{Worker: s.worker, Err: openai.ServerError("unknown frame kind %q", f.Kind)}, 0, nil)
 		s.done = true
 	}
 	if s.done {
 		s.c.streams.Delete(s.id)
+		s.journalEnd(false)
 	}
 	s.mu.Unlock()
 	s.wake()
@@ -726,38 +732,66 @@ const (
 	failoverOfferRetry = 50 * time.Millisecond
 )
 
-// fail ends the stream with an error event unless it already ended.
+// fail ends the stream with an error event (none for a nil e) unless it
+// already ended.
 func (s *stream) fail(e *openai.Error) {
 	s.mu.Lock()
 	if !s.done {
-		s.events = append(s.events, &job.Event{Worker: s.worker, Err: e})
+		if e != nil {
+			s.push(&job.Event{Worker: s.worker, Err: e}, 0, nil)
+		}
 		s.done = true
 		s.c.streams.Delete(s.id)
+		s.journalEnd(e == nil)
 	}
 	s.mu.Unlock()
 	s.wake()
 }
 
-// Recv implements job.Stream.
+// Recv implements job.Stream. On a journaled stream an event is returned
+// once the journal holds it (resume.go: a client never has an event that a
+// coordinator resuming the stream could not replay), or once the journal
+// is behind by journalWait (its JetStream leader is being elected: the
+// stream goes on, resumable again when the journal catches up).
 func (s *stream) Recv(ctx context.Context) (*job.Event, error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		s.mu.Lock()
+		wait := time.Duration(0)
 		if len(s.events) > 0 {
-			ev := s.events[0]
-			s.events[0] = nil
-			s.events = s.events[1:]
-			s.mu.Unlock()
-			return ev, nil
+			if wait = s.jr.holdFor(s.evK[0], time.Now()); wait == 0 {
+				ev := s.events[0]
+				s.events[0] = nil
+				s.events, s.evK = s.events[1:], s.evK[1:]
+				s.mu.Unlock()
+				return ev, nil
+			}
+		} else if s.done {
+			if wait = s.jr.holdEnd(time.Now()); wait == 0 {
+				s.mu.Unlock()
+				return nil, io.EOF
+			}
 		}
-		done := s.done
 		s.mu.Unlock()
-		if done {
-			return nil, io.EOF
+		var tc <-chan time.Time
+		if wait > 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			tc = timer.C
 		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-s.notify:
+		case <-tc:
 		}
 	}
 }
@@ -773,6 +807,9 @@ func (s *stream) Close() error {
 		finished := s.done
 		s.done = true
 		worker, seq, id := s.worker, s.queueSeq, s.id
+		if !finished {
+			s.journalEnd(true) // cancelled: a resuming client gets a 404
+		}
 		s.mu.Unlock()
 		s.c.streams.Delete(id)
 		if finished {

@@ -28,6 +28,9 @@ type Job struct {
 	Chat       *openai.ChatCompletionRequest
 	Completion *openai.CompletionRequest
 	Embedding  *openai.EmbeddingRequest
+	// Stream is set on a streamed request whose events can be resumed
+	// (StreamInfo); nil otherwise.
+	Stream *StreamInfo `json:",omitempty"`
 }
 
 // Stream delivers the events of one submitted job.
@@ -78,4 +81,29 @@ type EmbeddingVector struct {
 // of the constraint needs); the client already has their text.
 type Resume struct {
 	Tokens [][]int
+}
+
+// StreamInfo, set by the API on a streamed request, makes the stream
+// resumable: the coordinator keeps its events in the cluster (JetStream)
+// and a client that lost it sends the request again, to any coordinator,
+// with Last-Event-ID set to the id of the last SSE event it received
+// (docs/api.md, "Resuming a stream").
+type StreamInfo struct {
+	// Created is the request's time (unix seconds), the "created" of every
+	// frame of the stream: a resumed stream renders the same frames.
+	Created int64
+}
+
+// Resumable is a Stream that outlives its client. Every SSE event of its
+// rendering carries the id EventID(ResumeToken(), n), n counting the
+// events from 0.
+type Resumable interface {
+	Stream
+	// ResumeToken identifies the stream: StreamToken.String.
+	ResumeToken() string
+	// Detach is called instead of Close when the client went away
+	// mid-stream: the generation goes on (its events are kept) for a
+	// grace period, so that the client can resume it, and is cancelled
+	// then if nobody did.
+	Detach()
 }

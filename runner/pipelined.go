@@ -33,10 +33,11 @@ type speculation struct {
 	fed  []int  // the token each fed (the previous step's ids, answered)
 }
 
-// deviceTokens says whether the model's backend can run pipelined steps.
+// deviceTokens says whether the model's backend can run pipelined steps:
+// the local model runs every pass (no Forwarder over pipeline stages).
 func (e *Runner) deviceTokens() bool {
 	_, ok := e.model.Backend().(engine.DeviceTokenOps)
-	return ok
+	return ok && e.cfg.Forward == nil
 }
 
 // pipelinable says whether a scheduled batch is greedy one-token decode
@@ -44,7 +45,7 @@ func (e *Runner) deviceTokens() bool {
 func pipelinable(batch []item) bool {
 	for _, it := range batch {
 		r := it.r
-		if !r.greedy || r.first || it.n != 1 || r.off+1 != len(r.tokens) || r.s.snapAt != 0 {
+		if !r.greedy || r.sample != nil || r.first || it.n != 1 || r.off+1 != len(r.tokens) || r.s.snapAt != 0 {
 			return false
 		}
 	}

@@ -25,6 +25,7 @@ import (
 // api interfaces without importing api.
 var (
 	_ api.Service       = (*coordinator.Coordinator)(nil)
+	_ api.Resumer       = (*coordinator.Coordinator)(nil)
 	_ api.KeyChecker    = (*coordinator.Coordinator)(nil)
 	_ api.Admin         = (*coordinator.Coordinator)(nil)
 	_ api.ResponseStore = (*coordinator.ResponseStore)(nil)

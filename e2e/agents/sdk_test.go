@@ -262,3 +262,17 @@ func TestAnthropicNodeMessages(t *testing.T) {
 		t.Fatalf("script result %v", res)
 	}
 }
+
+// TestNodeClientsResume follows the retry path docs/api.md gives for the
+// official Node clients: the last SSE id from .asResponse()'s raw body, the
+// request sent again to another coordinator with Last-Event-ID through the
+// SDK's own streaming, whose parser takes the resumed stream; the two
+// parts make the whole text (openai chat completions, @anthropic-ai/sdk
+// Messages).
+func TestNodeClientsResume(t *testing.T) {
+	node := needNode(t, "openai", "@anthropic-ai/sdk")
+	res := runScript(t, node, "resume_sdk.mjs", sdkCluster(t))
+	if res["ok"] != true {
+		t.Fatalf("script result %v", res)
+	}
+}
