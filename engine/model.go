@@ -146,6 +146,7 @@ type Model struct {
 	stage   Stage // resolved; [0, NumHiddenLayers) for a whole model
 	closers []io.Closer
 	closed  bool
+	tokSlot int // next device token slot of LaunchGreedy (devicetoken.go)
 }
 
 // Load opens the checkpoint in dir and binds it on a new backend.

@@ -33,6 +33,9 @@ type Config struct {
 	// layers while the CPU still encodes the rest of the pass. 0 means
 	// DefaultSplitDispatches; negative, one command buffer per sync.
 	SplitDispatches int
+	// NoFusion encodes every op as its own dispatch (metal/fuse.go: the
+	// fused kernels give the same bits; tests compare both).
+	NoFusion bool
 }
 
 // DefaultSplitDispatches is Config.SplitDispatches' default: a few
@@ -70,10 +73,16 @@ type Backend struct {
 	// missing explains kernels that did not compile (ops using them panic).
 	missing map[string]error
 	cb      gpu.CommandBuffer
-	ncb     int                 // dispatches in cb
-	split   int                 // Config.SplitDispatches resolved (0: never)
-	flight  []gpu.CommandBuffer // committed, not yet waited for (in order)
-	syncs   int                 // syncs that waited for work (tests)
+	ncb     int        // dispatches in cb
+	split   int        // Config.SplitDispatches resolved (0: never)
+	flight  []inflight // committed, not yet waited for (in order)
+	seq     int        // command buffers committed so far (flight entries are numbered by it)
+	syncs   int        // syncs that waited for work (tests)
+	held    *heldOp    // an op held back for fusion with the next (fuse.go)
+	heads   []*heldOp  // per-head norms held back for rmsnorm_rope (fuse.go)
+	noFuse  bool       // Config.NoFusion
+	// tok is the ring of device token slots (devtok.go).
+	tok [tokSlots]tokSlot
 	// attnChunk is the positions per split of split (flash-decoding)
 	// paged attention (a multiple of 32; tests lower it).
 	attnChunk int
@@ -106,7 +115,8 @@ var _ engine.Backend = (*Backend)(nil)
 
 var pipelineNames = []string{"embed", "matmul", "matmul_gate_up", "rmsnorm", "rope", "store_kv", "attention", "swiglu", "sigmoid_mul", "add", "copy2d", "deinterleave", "gather",
 	"dn_conv", "dn_conv_state", "dn_rule", "dn_gated_norm", "moe_route", "moe_matmul", "moe_gate_up", "moe_combine", "moe_down_combine", "argmax",
-	"store_kv_paged", "attention_paged", "attention_paged_part", "attention_combine"}
+	"store_kv_paged", "attention_paged", "attention_paged_part", "attention_combine",
+	"rmsnorm_matmul", "matmul_add", "embed_ref", "rmsnorm_rope", "matmul_multi", "dn_conv_both"}
 
 // maxGroupThreads is the largest threadgroup any op dispatches (the
 // elementwise kernels' 256).
@@ -125,7 +135,7 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{name: cfg.Name, dev: cfg.Device, pipes: map[string]gpu.Pipeline{}, missing: map[string]error{}}
+	b := &Backend{name: cfg.Name, dev: cfg.Device, pipes: map[string]gpu.Pipeline{}, missing: map[string]error{}, noFuse: cfg.NoFusion}
 	b.attnChunk = defaultAttnChunk
 	switch {
 	case cfg.SplitDispatches == 0:
@@ -189,6 +199,11 @@ func (b *Backend) Close() error {
 		}
 	}
 	b.dummy.Release()
+	for _, s := range b.tok {
+		if s.buf != nil {
+			s.buf.Release()
+		}
+	}
 	for _, x := range []gpu.Buffer{b.attnPart, b.argOut, b.moeIdx, b.moeWts} {
 		if x != nil {
 			x.Release()
@@ -273,16 +288,31 @@ func (b *Backend) Read(t engine.Tensor, dst []float32) error {
 	return nil
 }
 
-// busy says whether encoded work may not have run yet.
-func (b *Backend) busy() bool { return b.cb != nil || len(b.flight) > 0 }
+// inflight is a committed command buffer with the buffers that may be
+// freed once it has completed (those released while it or an earlier one
+// was being encoded).
+type inflight struct {
+	cb   gpu.CommandBuffer
+	seq  int // its number: 1 for the first command buffer committed
+	free []gpu.Buffer
+}
 
-// commit submits the current command buffer without waiting.
+// busy says whether encoded work may not have run yet.
+func (b *Backend) busy() bool {
+	return b.cb != nil || len(b.flight) > 0 || b.held != nil || len(b.heads) > 0
+}
+
+// commit submits the current command buffer without waiting; the buffers
+// pending so far are freed once it has completed.
 func (b *Backend) commit() {
+	b.flush()
 	if b.cb == nil {
 		return
 	}
 	b.cb.Commit()
-	b.flight = append(b.flight, b.cb)
+	b.seq++
+	b.flight = append(b.flight, inflight{cb: b.cb, seq: b.seq, free: b.pending})
+	b.pending = nil
 	b.cb, b.ncb = nil, 0
 	if b.tracing {
 		b.traceCB++
@@ -292,19 +322,12 @@ func (b *Backend) commit() {
 // sync commits the current command buffer, waits for every committed one
 // (in order; the first error wins) and frees pending buffers.
 func (b *Backend) sync() error {
-	var err error
 	if b.busy() {
 		b.syncs++
 	}
 	b.commit()
-	for i, cb := range b.flight {
-		if werr := cb.Wait(); werr != nil && err == nil {
-			err = werr
-		}
-		b.flight[i] = nil
-	}
-	b.flight = b.flight[:0]
-	for _, p := range b.pending {
+	err := b.waitThrough(b.seq)
+	for _, p := range b.pending { // released with nothing in flight
 		p.Release()
 	}
 	b.pending = b.pending[:0]
@@ -314,6 +337,37 @@ func (b *Backend) sync() error {
 	b.rmu.Unlock()
 	for _, p := range retired {
 		p.Release()
+	}
+	return err
+}
+
+// waitThrough waits for the committed command buffers numbered up to seq
+// (in order; the first error wins), not for later ones, and frees what
+// they held. Buffers retired from other goroutines meanwhile are handed
+// to the command buffer being encoded (freed after it completes), since
+// later command buffers still in flight may use them.
+func (b *Backend) waitThrough(seq int) error {
+	var err error
+	n := 0
+	for _, f := range b.flight {
+		if f.seq > seq {
+			break
+		}
+		if werr := f.cb.Wait(); werr != nil && err == nil {
+			err = werr
+		}
+		for _, p := range f.free {
+			p.Release()
+		}
+		n++
+	}
+	clear(b.flight[:n])
+	b.flight = append(b.flight[:0], b.flight[n:]...)
+	if len(b.flight) > 0 {
+		b.rmu.Lock()
+		b.pending = append(b.pending, b.retired...)
+		b.retired = nil
+		b.rmu.Unlock()
 	}
 	if err != nil {
 		return fmt.Errorf("metal: %w", err)
@@ -349,6 +403,13 @@ func (b *Backend) retire(bufs ...gpu.Buffer) {
 }
 
 func (b *Backend) dispatch(name string, groups, threads [3]int, args ...gpu.Arg) {
+	b.flush()
+	b.encode(name, groups, threads, args...)
+}
+
+// encode is dispatch without flushing held ops first (a fused op that
+// took its held op and leaves other, independent ones held).
+func (b *Backend) encode(name string, groups, threads [3]int, args ...gpu.Arg) {
 	p := b.pipes[name]
 	if p == nil {
 		panic(fmt.Sprintf("metal: %v", b.missing[name]))

@@ -134,11 +134,17 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 		}
 		from, to := st.cur, 1-st.cur
 		cp := gpu.Arg{Bytes: pack(sq.Row, sq.N, C, K, b2u(st.fresh))}
-		b.dispatch("dn_conv", [3]int{ceil(sq.N*C, 256), 1, 1}, [3]int{256, 1, 1},
-			buf(u), buf(x.buf), gpu.Arg{Buf: cw.data, Off: cw.off}, buf(st.conv[from]), cp)
-		if K > 1 {
-			b.dispatch("dn_conv_state", [3]int{ceil((K-1)*C, 256), 1, 1}, [3]int{256, 1, 1},
-				buf(st.conv[to]), buf(x.buf), buf(st.conv[from]), cp)
+		if K > 1 && b.canFuse("dn_conv_both") {
+			// Conv output and new conv state in one dispatch (same bits).
+			b.dispatch("dn_conv_both", [3]int{ceil(max(sq.N, K-1)*C, 256), 1, 1}, [3]int{256, 1, 1},
+				buf(u), buf(st.conv[to]), buf(x.buf), gpu.Arg{Buf: cw.data, Off: cw.off}, buf(st.conv[from]), cp)
+		} else {
+			b.dispatch("dn_conv", [3]int{ceil(sq.N*C, 256), 1, 1}, [3]int{256, 1, 1},
+				buf(u), buf(x.buf), gpu.Arg{Buf: cw.data, Off: cw.off}, buf(st.conv[from]), cp)
+			if K > 1 {
+				b.dispatch("dn_conv_state", [3]int{ceil((K-1)*C, 256), 1, 1}, [3]int{256, 1, 1},
+					buf(st.conv[to]), buf(x.buf), buf(st.conv[from]), cp)
+			}
 		}
 		b.dispatch("dn_rule", [3]int{ceil(p.ValueDim, 32), nv, 1}, [3]int{32, 1, 1},
 			buf(o.buf), buf(u), buf(bb.buf), buf(aa.buf), gpu.Arg{Buf: al.data, Off: al.off}, gpu.Arg{Buf: dt.data, Off: dt.off},

@@ -275,16 +275,6 @@ func TestMoEDownCombineModelBits(t *testing.T) {
 	}
 }
 
-func countKernel(trace []DispatchRecord, name string) int {
-	n := 0
-	for _, d := range trace {
-		if d.Kernel == name {
-			n++
-		}
-	}
-	return n
-}
-
 // TestModelsUnderSeeds runs two hybrid fixtures (attention with threadgroup
 // memory, DeltaNet, MoE) on devices whose threadgroups run their threads in
 // random orders: the logits still match the references.

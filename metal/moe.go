@@ -80,11 +80,7 @@ func (b *Backend) tables(w *engine.MoEWeights) *moeTables {
 }
 
 func (b *Backend) gathered(y gpu.Buffer, x gpu.Buffer, t *moeTable, idx gpu.Buffer, R, N, Kd, K int, perRow bool) {
-	if b.cb == nil {
-		b.cb = b.dev.NewCommandBuffer()
-	}
-	b.cb.Use(t.bufs...)
-	b.dispatch("moe_matmul", [3]int{ceil(N, 4), R, 1}, [3]int{128, 1, 1},
+	b.dispatchUse(t.bufs, "moe_matmul", [3]int{ceil(N, 4), R, 1}, [3]int{128, 1, 1},
 		buf(y), buf(x), buf(t.table), gpu.Arg{Bytes: t.params}, buf(idx), gpu.Arg{Bytes: pack(R, N, Kd, K, b2u(perRow))})
 }
 
@@ -120,11 +116,7 @@ func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEPa
 	var ut engine.Tensor
 	if b.pipes["moe_gate_up"] != nil && bytes.Equal(tabs.gate.params, tabs.up.params) {
 		// One dispatch for gate, up and SwiGLU (same bits as the three).
-		if b.cb == nil {
-			b.cb = b.dev.NewCommandBuffer()
-		}
-		b.cb.Use(append(append([]gpu.Buffer(nil), tabs.gate.bufs...), tabs.up.bufs...)...)
-		b.dispatch("moe_gate_up", [3]int{ceil(inter, 4), R, 1}, [3]int{128, 1, 1},
+		b.dispatchUse(append(append([]gpu.Buffer(nil), tabs.gate.bufs...), tabs.up.bufs...), "moe_gate_up", [3]int{ceil(inter, 4), R, 1}, [3]int{128, 1, 1},
 			buf(tt(gt).buf), buf(xt.buf), buf(tabs.gate.table), buf(tabs.up.table), gpu.Arg{Bytes: tabs.gate.params},
 			buf(idx), gpu.Arg{Bytes: pack(R, inter, H, K, b2u(false))})
 	} else {
@@ -137,10 +129,6 @@ func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEPa
 	if b.pipes["moe_down_combine"] != nil && inter%8 == 0 && H%8 == 0 {
 		// One dispatch for the down projections, the shared gate and the
 		// combine (same bits as the four separate dispatches below).
-		if b.cb == nil {
-			b.cb = b.dev.NewCommandBuffer()
-		}
-		b.cb.Use(tabs.down.bufs...)
 		d := gpu.Arg{Buf: b.dummy}
 		shared := []gpu.Arg{d, d, d, d, {Bytes: tabs.down.params}, d, d, d, d, {Bytes: tabs.down.params}}
 		si := 0
@@ -156,8 +144,24 @@ func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEPa
 			shared = append(shared, b.weightArgs(gw)...)
 		}
 		args := append([]gpu.Arg{buf(o.buf), buf(tt(gt).buf), buf(tabs.down.table), {Bytes: tabs.down.params}, buf(idx), buf(wts)}, shared...)
-		args = append(args, gpu.Arg{Bytes: pack(T, H, K, inter, b2u(w.Shared != nil), si)})
-		b.dispatch("moe_down_combine", [3]int{ceil(H, 4), T, 1}, [3]int{128, 1, 1}, args...)
+		grid, thr := [3]int{ceil(H, 4), T, 1}, [3]int{128, 1, 1}
+		plain := append(args, gpu.Arg{Bytes: pack(T, H, K, inter, b2u(w.Shared != nil), si, 0)}, d, d, d)
+		down := tabs.down.bufs
+		emit := func() { b.dispatchUse(down, "moe_down_combine", grid, thr, plain...) }
+		if b.noFuse {
+			emit()
+		} else {
+			// Held: the residual add that follows becomes its epilogue.
+			b.hold(&heldOp{kind: heldProduct, out: o, emit: emit, fuse: func(res, a, c *Tensor) bool {
+				if res == xt {
+					return false // other SIMD-groups still read x
+				}
+				checkFusedShapes("moe_down_combine", res, a, c)
+				fused := append(args[:len(args):len(args)], gpu.Arg{Bytes: pack(T, H, K, inter, b2u(w.Shared != nil), si, 1)}, buf(res.buf), buf(a.buf), buf(c.buf))
+				b.dispatchUse(down, "moe_down_combine", grid, thr, fused...)
+				return true
+			}})
+		}
 	} else {
 		yt = b.NewTensor(R, H)
 		b.gathered(tt(yt).buf, tt(gt).buf, tabs.down, idx, R, H, inter, K, true)

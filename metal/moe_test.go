@@ -3,6 +3,8 @@
 package metal
 
 import (
+	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/macpool/macpool/engine"
@@ -52,6 +54,42 @@ func TestMoE(t *testing.T) {
 			b.m.MoE(d.m, x.m, &wm, p)
 			b.c.MoE(d.c, x.c, &wc, p)
 			b.check("moe "+c.name, d, 1e-5)
+		}
+	}
+}
+
+// TestMoERouteNaN: a token whose router logits are NaN (a NaN input row)
+// still routes inside the expert table (the gathered kernels would read a
+// pointer at index 0xffffffff, a crash) and its output is NaN, so the step
+// fails downstream (ErrNaNLogits); the other token's row is unaffected.
+func TestMoERouteNaN(t *testing.T) {
+	be := newEmu(t)
+	r := rand.New(rand.NewPCG(13, 14))
+	const E, H, inter = 6, 64, 40
+	up := func(rows, cols int) engine.Weight {
+		w, err := be.Upload(hostOf(r, tensor.BF16, rows, cols))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	var w engine.MoEWeights
+	w.Router = up(E, H)
+	for range E {
+		w.Experts = append(w.Experts, engine.Expert{Gate: up(inter, H), Up: up(inter, H), Down: up(H, inter)})
+	}
+	xv := randn(r, 2*H)
+	xv[3] = float32(math.NaN())
+	x, y := be.NewTensor(2, H), be.NewTensor(2, H)
+	be.Write(x, xv)
+	be.MoE(y, x, &w, engine.MoEParams{TopK: 2, Normalize: true})
+	out := make([]float32, 2*H)
+	if err := be.Read(y, out); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range out {
+		if nan := math.IsNaN(float64(v)); nan != (i < H) {
+			t.Fatalf("output %d = %v: want NaN exactly in the NaN token's row", i, v)
 		}
 	}
 }

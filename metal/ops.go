@@ -23,7 +23,11 @@ func (b *Backend) Embed(dst engine.Tensor, table engine.Weight, ids []int) {
 		panic(fmt.Sprintf("metal: embed %d ids of width %d into [%d, %d]", len(ids), w.cols, d.rows, d.cols))
 	}
 	for _, id := range ids {
-		if id < 0 || id >= w.rows {
+		if id < 0 && len(ids) > 0 { // device token ids (engine.DecodeGreedy)
+			b.embedRef(d, w, ids)
+			return
+		}
+		if id >= w.rows {
 			panic(fmt.Sprintf("metal: embed id %d out of range [0,%d)", id, w.rows))
 		}
 	}
@@ -63,8 +67,19 @@ func (b *Backend) MatMul(dst, x engine.Tensor, w engine.Weight, bias engine.Weig
 	}
 	args := append([]gpu.Arg{buf(d.buf), buf(s.buf)}, b.weightArgs(wt)...)
 	args = append(args, biasArg, gpu.Arg{Bytes: pack(s.rows, wt.rows, wt.cols, hasBias)})
-	const sg, mb = 4, 8 // MM_SG, MM_MB in dense.metal
-	b.dispatch("matmul", [3]int{ceil(wt.rows, sg), ceil(s.rows, mb), 1}, [3]int{32 * sg, 1, 1}, args...)
+	e := mmEntry{d: d, w: wt, args: args, hasBias: hasBias}
+	if h := b.held; h != nil && h.kind == heldNorm && h.normDst == s && h.normX != d && s.rows <= maxFuseRows && b.canFuse("rmsnorm_matmul") {
+		// The norm that produced x, and this product (and the next ones of x).
+		b.held = nil
+		b.holdGroup(&heldOp{kind: heldProduct, x: s, norm: h, mm: []mmEntry{e}})
+		return
+	}
+	if h := b.held; h != nil && h.kind == heldProduct && h.x == s && len(h.mm) < 4 && s.rows <= maxFuseRows && b.canFuse("matmul_multi") && h.joins(d) {
+		h.mm = append(h.mm, e) // another product of the same x
+		h.out = nil
+		return
+	}
+	b.holdGroup(&heldOp{kind: heldProduct, x: s, mm: []mmEntry{e}})
 }
 
 // gateUp sets dst = silu(x·gateᵀ) * (x·upᵀ) in one dispatch when the two
@@ -101,8 +116,23 @@ func (b *Backend) RMSNorm(dst, x engine.Tensor, w engine.Weight, p engine.NormPa
 	if s.rows == 0 {
 		return
 	}
-	b.dispatch("rmsnorm", [3]int{s.cols / p.Dim, s.rows, 1}, [3]int{32, 1, 1},
-		buf(d.buf), buf(s.buf), gpu.Arg{Buf: wt.data, Off: wt.off}, gpu.Arg{Bytes: pack(s.rows, s.cols, p.Dim, p.Eps, p.Offset)})
+	params := pack(s.rows, s.cols, p.Dim, p.Eps, p.Offset)
+	emit := func() {
+		b.dispatch("rmsnorm", [3]int{s.cols / p.Dim, s.rows, 1}, [3]int{32, 1, 1},
+			buf(d.buf), buf(s.buf), gpu.Arg{Buf: wt.data, Off: wt.off}, gpu.Arg{Bytes: params})
+	}
+	if d == s && b.canFuse("rmsnorm_rope") {
+		// Held: an in-place norm (QK-norm; with one KV head the key's norm
+		// spans the row); the Rope of its tensor may follow (rmsnorm_rope).
+		b.holdHead(&heldOp{kind: heldNorm, normDst: d, normX: s, normW: wt, normParams: params, normDim: p.Dim, normEps: p.Eps, normOffset: p.Offset, emit: emit})
+		return
+	}
+	if p.Dim != s.cols || d == s || s.rows > maxFuseRows || !b.canFuse("rmsnorm_matmul") {
+		emit()
+		return
+	}
+	// Held: the next MatMul of d may normalise as it multiplies.
+	b.hold(&heldOp{kind: heldNorm, normDst: d, normX: s, normW: wt, normParams: params, emit: emit})
 }
 
 // Rope implements engine.Backend. The inverse frequencies (rope scaling
@@ -122,6 +152,13 @@ func (b *Backend) Rope(x engine.Tensor, pos []int, p engine.RopeParams) {
 	}
 	n := t.rows * p.Heads * half
 	if n == 0 {
+		return
+	}
+	if h := b.takeHead(t, p.HeadDim); h != nil {
+		// The QK-norm held for this tensor, and the rotation, in one dispatch.
+		b.encode("rmsnorm_rope", [3]int{p.Heads, t.rows, 1}, [3]int{32, 1, 1},
+			buf(t.buf), gpu.Arg{Buf: h.normW.data, Off: h.normW.off}, b.hostArg(ints32(pos)), b.hostArg(inv),
+			gpu.Arg{Bytes: pack(t.rows, p.Heads, p.HeadDim, half, af, h.normEps, h.normOffset)})
 		return
 	}
 	b.dispatch("rope", [3]int{ceil(n, 256), 1, 1}, [3]int{256, 1, 1},
@@ -148,7 +185,16 @@ func (b *Backend) SigmoidMul(dst, x, gate engine.Tensor) {
 }
 
 // Add implements engine.Backend.
-func (b *Backend) Add(dst, a, c engine.Tensor) { b.elementwise("add", tt(dst), tt(a), tt(c)) }
+// A residual add of the product just encoded is that product's epilogue
+// (metal/fuse.go).
+func (b *Backend) Add(dst, a, c engine.Tensor) {
+	d, x, y := tt(dst), tt(a), tt(c)
+	sameShape("add", d, x, y)
+	if b.fusedAdd(d, x, y) {
+		return
+	}
+	b.elementwise("add", d, x, y)
+}
 
 func (b *Backend) copy2d(dst gpu.Buffer, dstStride, dstRow, dstCol int, src gpu.Buffer, srcStride, srcRow, srcCol, rows, cols int) {
 	if rows == 0 || cols == 0 {

@@ -12,19 +12,35 @@ import (
 
 // A decode-speed prediction for Apple GPUs from the dispatch trace of one
 // decode step (nothing here is measured on a GPU). The model, stated so it
-// can be checked against a Mac: a token takes
+// can be checked against a Mac. The GPU's time per token is
 //
-//	Σ_kernels bytes / (share(class) × peak bandwidth)
-//	+ dispatches × DispatchCost + command buffers × CommandBufferCost
-//	+ SyncCost (the greedy token's round trip to the CPU)
+//	GPU = Σ_kernels bytes / (share(class) × peak bandwidth) + dispatches × DispatchCost
 //
 // with each kernel streaming its bytes at a share of the chip's peak
 // bandwidth that depends on its class (matrix-vector kernels stream
 // weights; attention reads the KV cache in 32-position blocks; the rest
-// are small and latency-bound).
+// are small and latency-bound) and DispatchCost the GPU-side gap of a
+// serial dispatch (launch + barrier). The CPU's time per token is
+//
+//	CPU = dispatches × EncodeCost + command buffers × CommandBufferCost + SyncCost
+//
+// (encoding through objc_msgSend, commit and scheduling, the greedy id's
+// round trip: wait, read, start the next step). Plain decode (the id read
+// back before the next step is encoded) pays the GPU time plus the command
+// buffers and the round trip — encoding overlaps execution within a step
+// (command buffers committed every SplitDispatches), not across steps:
+//
+//	plain = GPU + command buffers × CommandBufferCost + SyncCost
+//
+// Pipelined two deep (engine.DecodeGreedy: step N+1 encoded and committed
+// while step N runs, ids fed on the device) the CPU's work for one step
+// overlaps the GPU's for the other, so a token costs whichever is longer:
+//
+//	pipelined = max(GPU, CPU)
 type PredictModel struct {
 	Share             map[string]float64 // by kernel class: "matvec", "attention", "deltanet", "other"
-	DispatchCost      float64            // seconds per dispatch (launch + serial-dispatch barrier)
+	DispatchCost      float64            // GPU seconds per dispatch (launch + serial-dispatch barrier)
+	EncodeCost        float64            // CPU seconds per dispatch encoded (its messages)
 	CommandBufferCost float64            // seconds per command buffer (commit, schedule)
 	SyncCost          float64            // seconds per token: wait, read the token, start encoding the next
 }
@@ -32,19 +48,21 @@ type PredictModel struct {
 // DefaultPredictModel is the model the table in docs/metal.md ("Predicted decode speed") uses:
 // shares of 70% for matrix-vector kernels (an untuned SIMD-group-per-row
 // kernel; tuned GEMV on Apple GPUs reaches 80-90%), 50% attention, 50%
-// DeltaNet, 20% other; 2 µs per dispatch, 20 µs per command buffer, 60 µs
-// per token of CPU round trip. Assumptions, not measurements.
+// DeltaNet, 20% other; 2 µs GPU time per dispatch, 1 µs CPU time to encode
+// one, 20 µs per command buffer, 60 µs per token of CPU round trip.
+// Assumptions, not measurements.
 func DefaultPredictModel() PredictModel {
 	return PredictModel{
 		Share:        map[string]float64{"matvec": 0.70, "attention": 0.50, "deltanet": 0.50, "other": 0.20},
-		DispatchCost: 2e-6, CommandBufferCost: 20e-6, SyncCost: 60e-6,
+		DispatchCost: 2e-6, EncodeCost: 1e-6, CommandBufferCost: 20e-6, SyncCost: 60e-6,
 	}
 }
 
 // kernelClass groups kernels by how they use memory bandwidth.
 func kernelClass(kernel string) string {
 	switch {
-	case kernel == "matmul" || kernel == "matmul_gate_up" || kernel == "moe_matmul" || kernel == "moe_gate_up" || kernel == "moe_down_combine" || kernel == "embed":
+	case kernel == "matmul" || kernel == "matmul_gate_up" || kernel == "moe_matmul" || kernel == "moe_gate_up" || kernel == "moe_down_combine" ||
+		kernel == "rmsnorm_matmul" || kernel == "matmul_add" || kernel == "matmul_multi" || strings.HasPrefix(kernel, "embed"):
 		return "matvec"
 	case strings.HasPrefix(kernel, "attention"):
 		return "attention"
@@ -80,13 +98,30 @@ func (s DecodeStep) TotalBytes() int64 {
 	return n
 }
 
-// TokPerSec predicts the decode speed on a chip of peak GB/s.
-func (s DecodeStep) TokPerSec(m PredictModel, gbs float64) float64 {
-	t := m.SyncCost + s.Dispatches*m.DispatchCost + s.CommandBuffers*m.CommandBufferCost
+// GPUTime is the GPU's time per token (see PredictModel).
+func (s DecodeStep) GPUTime(m PredictModel, gbs float64) float64 {
+	t := s.Dispatches * m.DispatchCost
 	for class, b := range s.Bytes {
 		t += float64(b) / (m.Share[class] * gbs * 1e9)
 	}
-	return 1 / t
+	return t
+}
+
+// CPUTime is the CPU's time per token (see PredictModel).
+func (s DecodeStep) CPUTime(m PredictModel) float64 {
+	return s.Dispatches*m.EncodeCost + s.CommandBuffers*m.CommandBufferCost + m.SyncCost
+}
+
+// TokPerSec predicts the plain decode speed (ids read back before the
+// next step is encoded) on a chip of peak GB/s.
+func (s DecodeStep) TokPerSec(m PredictModel, gbs float64) float64 {
+	return 1 / (s.GPUTime(m, gbs) + s.CommandBuffers*m.CommandBufferCost + m.SyncCost)
+}
+
+// PipelinedTokPerSec predicts the decode speed with two steps in flight
+// (engine.DecodeGreedy on metal): the slower of GPU and CPU sets the pace.
+func (s DecodeStep) PipelinedTokPerSec(m PredictModel, gbs float64) float64 {
+	return 1 / max(s.GPUTime(m, gbs), s.CPUTime(m))
 }
 
 // TraceDecode runs a prompt of ctxLen random tokens, then traces one greedy
@@ -122,16 +157,17 @@ func TraceDecode(ctx context.Context, m *engine.Model, b *Backend, ctxLen, fullL
 	return scaleTrace(tr, float64(fullLayers)/float64(layers)), nil
 }
 
-// scaleTrace sums a decode step's trace, the layers' part (from the first
-// rmsnorm to the last residual add) counted scale times.
+// scaleTrace sums a decode step's trace, the layers' part (everything
+// between the token embedding and the gather of the output rows) counted
+// scale times.
 func scaleTrace(tr []DispatchRecord, scale float64) DecodeStep {
 	first, last := len(tr), -1
 	for i, d := range tr {
-		if d.Kernel == "rmsnorm" && first == len(tr) {
-			first = i
+		if strings.HasPrefix(d.Kernel, "embed") && first == len(tr) {
+			first = i + 1
 		}
-		if d.Kernel == "add" {
-			last = i
+		if d.Kernel == "gather" {
+			last = i - 1
 		}
 	}
 	s := DecodeStep{Bytes: map[string]int64{}, Kernels: map[string]int{}}
@@ -154,8 +190,8 @@ func scaleTrace(tr []DispatchRecord, scale float64) DecodeStep {
 // Table formats the prediction per chip.
 func (s DecodeStep) Table(m PredictModel) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "predicted decode (model: kernel bytes at a share of peak bandwidth, matvec %.0f%% attention %.0f%% deltanet %.0f%% other %.0f%%; %.1f µs/dispatch, %.0f µs/command buffer, %.0f µs/token CPU round trip)\n",
-		100*m.Share["matvec"], 100*m.Share["attention"], 100*m.Share["deltanet"], 100*m.Share["other"], m.DispatchCost*1e6, m.CommandBufferCost*1e6, m.SyncCost*1e6)
+	fmt.Fprintf(&b, "predicted decode (model: kernel bytes at a share of peak bandwidth, matvec %.0f%% attention %.0f%% deltanet %.0f%% other %.0f%%; GPU %.1f µs/dispatch; CPU %.1f µs/dispatch encoded, %.0f µs/command buffer, %.0f µs/token round trip; plain = GPU + command buffers + round trip, pipelined two deep = max(GPU, CPU))\n",
+		100*m.Share["matvec"], 100*m.Share["attention"], 100*m.Share["deltanet"], 100*m.Share["other"], m.DispatchCost*1e6, m.EncodeCost*1e6, m.CommandBufferCost*1e6, m.SyncCost*1e6)
 	fmt.Fprintf(&b, "%.3f GB/token, %.0f dispatches/token, %.1f command buffers/token\n", float64(s.TotalBytes())/1e9, s.Dispatches, s.CommandBuffers)
 	names := make([]string, 0, len(s.Kernels))
 	for k := range s.Kernels {
@@ -173,10 +209,12 @@ func (s DecodeStep) Table(m PredictModel) string {
 		fmt.Fprintf(&b, " %s %.3f", c, float64(s.Bytes[c])/1e9)
 	}
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "%-9s %8s %10s %12s\n", "chip", "GB/s", "tok/s", "% of peak")
+	fmt.Fprintf(&b, "%-9s %6s %8s %8s %10s %10s %10s\n", "chip", "GB/s", "GPU ms", "CPU ms", "plain", "pipelined", "% of peak")
 	for _, c := range PredictChips {
-		tps := s.TokPerSec(m, c.GBs)
-		fmt.Fprintf(&b, "%-9s %8.0f %10.1f %11.0f%%\n", c.Name, c.GBs, tps, 100*tps*float64(s.TotalBytes())/(c.GBs*1e9))
+		tps := s.PipelinedTokPerSec(m, c.GBs)
+		fmt.Fprintf(&b, "%-9s %6.0f %8.2f %8.2f %10.1f %10.1f %9.0f%%\n", c.Name, c.GBs, 1e3*s.GPUTime(m, c.GBs), 1e3*s.CPUTime(m),
+			s.TokPerSec(m, c.GBs), tps, 100*tps*float64(s.TotalBytes())/(c.GBs*1e9))
 	}
+	b.WriteString("(tok/s; % of peak for the pipelined figure)\n")
 	return b.String()
 }

@@ -48,3 +48,28 @@ func TestTraceDecode(t *testing.T) {
 	}
 	t.Logf("\n%s", tab)
 }
+
+// TestPredictPipelinedRule: the stated rule — plain = GPU + command
+// buffers + round trip, pipelined = max(GPU, CPU) — on a made-up step, for
+// a GPU-bound and a CPU-bound case.
+func TestPredictPipelinedRule(t *testing.T) {
+	m := DefaultPredictModel()
+	for _, c := range []struct {
+		bytes                 int64
+		dispatches, cbs, want float64 // want: pipelined seconds per token
+	}{
+		// GPU 1e9/(0.7·500e9) + 500·2 µs = 3.857 ms; CPU 500 µs + 160 µs + 60 µs.
+		{1e9, 500, 8, 1e9/(0.7*500e9) + 500*2e-6},
+		// GPU 1e6/(0.7·500e9) + 2 ms; CPU 1000 µs + 100·20 µs + 60 µs = 3.06 ms.
+		{1e6, 1000, 100, 1000*1e-6 + 100*20e-6 + 60e-6},
+	} {
+		s := DecodeStep{Bytes: map[string]int64{"matvec": c.bytes}, Dispatches: c.dispatches, CommandBuffers: c.cbs}
+		if got := 1 / s.PipelinedTokPerSec(m, 500); got < c.want*(1-1e-9) || got > c.want*(1+1e-9) {
+			t.Errorf("%+v: pipelined %.6g s/token, want %.6g", c, got, c.want)
+		}
+		plain := 1e9/(0.7*500e9)*float64(c.bytes)/1e9 + c.dispatches*2e-6 + c.cbs*20e-6 + 60e-6
+		if got := 1 / s.TokPerSec(m, 500); got < plain*(1-1e-9) || got > plain*(1+1e-9) {
+			t.Errorf("%+v: plain %.6g s/token, want %.6g", c, got, plain)
+		}
+	}
+}

@@ -26,6 +26,11 @@ import (
 // serveTokens runs a greedy completion job on e and returns the generated ids.
 // With logprobs the request needs its logits (no GPU argmax).
 func serveTokens(ctx context.Context, e *runner.Runner, prompt []int, maxTokens int, logprobs bool) ([]int, error) {
+	return serveSlow(ctx, e, prompt, maxTokens, logprobs, 0)
+}
+
+// serveSlow is serveTokens with a consumer that takes delay per event.
+func serveSlow(ctx context.Context, e *runner.Runner, prompt []int, maxTokens int, logprobs bool, delay time.Duration) ([]int, error) {
 	temp, one := 0.0, 1
 	j := &job.Job{ID: "t", Kind: job.KindCompletion, Model: "test", Completion: &openai.CompletionRequest{
 		Model: "test", Prompt: openai.Prompt{Tokens: [][]int{prompt}}, MaxTokens: &maxTokens, Temperature: &temp}}
@@ -35,6 +40,7 @@ func serveTokens(ctx context.Context, e *runner.Runner, prompt []int, maxTokens 
 	var mu sync.Mutex
 	var ids []int
 	err := e.GenerateResume(ctx, j, nil, func(_ *job.Event, t []int) error {
+		time.Sleep(delay) // a slow client (not synchronisation)
 		mu.Lock()
 		ids = append(ids, t...)
 		mu.Unlock()
@@ -194,4 +200,122 @@ func (c dispatchCounterCB) Dispatch(p gpu.Pipeline, groups, threads [3]int, args
 		c.d.n.Add(1)
 	}
 	c.CommandBuffer.Dispatch(p, groups, threads, args...)
+}
+
+// TestServePipelined serves greedy requests through the runner on metal,
+// where decode steps run pipelined (runner/pipelined.go: the next step
+// launched, fed the device's ids, before the ids are read), and on the CPU
+// (plain). Requests stop at max_tokens 1, 3 and 8 and at an EOS id met
+// mid-generation, run concurrently (sequences leave the batch while their
+// overshoot step is in flight), one with a consumer slower than the
+// scheduler waits for (its speculative steps rolled back), and a later
+// request reuses their prefix cache: every token is the CPU's, and the metal run did take the
+// pipelined path (embed_ref dispatches: ids embedded from the device).
+func TestServePipelined(t *testing.T) {
+	skipWithoutDevice(t)
+	dir := t.TempDir()
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(fixture("tokenizers"), "qwen3", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	prefix := make([]int, 40)
+	for i := range prefix {
+		prefix[i] = 1 + r.IntN(1000)
+	}
+	var prompts [][]int
+	for i := range 5 {
+		p := slices.Clone(prefix)
+		for range 2 + 3*i {
+			p = append(p, 1+r.IntN(1000))
+		}
+		prompts = append(prompts, p)
+	}
+	maxTokens := []int{1, 3, 8, 12, 8}
+	for _, name := range []string{"hf/qwen3", "hf/qwen3_5"} {
+		t.Run(name, func(t *testing.T) {
+			serve := func(backend string, eos int) ([][]int, int64) {
+				var refs atomic.Int64
+				var m *engine.Model
+				if backend == "cpu" {
+					m = loadCounting(t, name, backend, nil)
+				} else {
+					be, err := New(Config{Device: dispatchCounter{newTestDevice(t), "embed_ref", &refs}, Name: backend})
+					if err != nil {
+						t.Fatal(err)
+					}
+					ck, err := checkpoint.Open(fixture(name))
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { ck.Close() })
+					if m, err = engine.New(be, ck); err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { m.Close(); be.Close() })
+				}
+				m.Config().EOSTokenIDs = []int{eos}
+				cfg := runner.DefaultConfig()
+				cfg.ModelDir, cfg.Model, cfg.ModelName = dir, m, "test"
+				cfg.MaxContext, cfg.KVBlockSize = 256, 8
+				e, err := runner.New(cfg, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+				defer cancel()
+				out := make([][]int, len(prompts)+1)
+				errs := make([]error, len(prompts))
+				var wg sync.WaitGroup
+				for i := range prompts {
+					// Request 4's consumer is slower than the scheduler's
+					// wait for the batch (20 ms): its speculative steps are
+					// rolled back and rerun when it comes back.
+					delay := time.Duration(0)
+					if i == 4 {
+						delay = 60 * time.Millisecond
+					}
+					wg.Go(func() { out[i], errs[i] = serveSlow(ctx, e, prompts[i], maxTokens[i], false, delay) })
+				}
+				wg.Wait()
+				for i, err := range errs {
+					if err != nil {
+						t.Fatalf("%s: request %d: %v", backend, i, err)
+					}
+				}
+				// After them: a request on their prefix (prefix cache).
+				if out[len(prompts)], err = serveTokens(ctx, e, append(slices.Clone(prompts[3]), 7, 9), 6, false); err != nil {
+					t.Fatal(err)
+				}
+				return out, refs.Load()
+			}
+			// The CPU's tokens without a reachable EOS pick the EOS id: the
+			// 5th token of request 3 (max 12), not among its first four.
+			free, _ := serve("cpu", 1023)
+			eos := free[3][4]
+			if slices.Contains(free[3][:4], eos) {
+				t.Skipf("request 3 repeats its 5th token early: %v", free[3])
+			}
+			want, _ := serve("cpu", eos)
+			got, refs := serve(testBackendName, eos)
+			for i := range want {
+				if fmt.Sprint(got[i]) != fmt.Sprint(want[i]) {
+					t.Errorf("request %d: %s %v, cpu %v", i, testBackendName, got[i], want[i])
+				}
+			}
+			if len(want[3]) != 5 || want[3][4] != eos {
+				t.Errorf("request 3 did not stop at the EOS id %d: %v", eos, want[3])
+			}
+			if refs == 0 {
+				t.Errorf("no embed_ref dispatch: the runner did not decode pipelined")
+			}
+			t.Logf("%s: %d pipelined steps; tokens %v", name, refs, got)
+		})
+	}
 }

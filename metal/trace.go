@@ -95,6 +95,26 @@ func dispatchBytes(name string, g, t [3]int, args []gpu.Arg) int64 {
 	case "matmul": // y, x, W, S, B, WeightParams, bias, (M, N, K, bias)
 		m, n, k := u32(arg(7), 0), u32(arg(7), 1), u32(arg(7), 2)
 		return weightBytes(arg(5), n) + 4*m*(n+k)
+	case "rmsnorm_matmul": // matmul's arguments, h, norm weight, (rows, cols, dim, eps, offset): + the norm's weight and h
+		m, n, k := u32(arg(7), 0), u32(arg(7), 1), u32(arg(7), 2)
+		return weightBytes(arg(5), n) + 4*m*(n+k) + 4*k + 4*m*k
+	case "matmul_multi": // d0-3, x, (W, S, B)×4, WP×4, bias×4, (M, K, count, norm, N×4, bias×4), h, nw, np
+		m, k, count, norm := u32(arg(25), 0), u32(arg(25), 1), u32(arg(25), 2), u32(arg(25), 3)
+		bytes := 4 * m * k
+		for j := range int(min(count, 4)) {
+			n := u32(arg(25), 4+j)
+			bytes += weightBytes(arg(17+j), n) + 4*m*n
+		}
+		if norm != 0 {
+			bytes += 4*k + 4*m*k
+		}
+		return bytes
+	case "matmul_add": // matmul's arguments, res, a, b: + the residual add's three rows
+		m, n, k := u32(arg(7), 0), u32(arg(7), 1), u32(arg(7), 2)
+		return weightBytes(arg(5), n) + 4*m*(n+k) + 12*m*n
+	case "embed_ref": // out, W, S, B, WeightParams, ids, tok, (n, cols, vocab)
+		n, cols := u32(arg(7), 0), u32(arg(7), 1)
+		return weightBytes(arg(4), n) + 4*n*cols + 4*n
 	case "matmul_gate_up": // y, x, GW, GS, GB, UW, US, UB, WeightParams, (M, N, K, 0)
 		m, n, k := u32(arg(9), 0), u32(arg(9), 1), u32(arg(9), 2)
 		return 2*weightBytes(arg(8), n) + 4*m*(n+k)
@@ -112,6 +132,9 @@ func dispatchBytes(name string, g, t [3]int, args []gpu.Arg) int64 {
 		bytes := t*k*weightBytes(arg(3), h) + 4*t*(k*inter+h)
 		if shared != 0 {
 			bytes += weightBytes(arg(10), h) + weightBytes(arg(15), 1) + 4*t*(si+h)
+		}
+		if u32(arg(16), 6) != 0 { // the residual add as epilogue
+			bytes += 12 * t * h
 		}
 		return bytes
 	case "attention_paged_part": // part, q, k, v, ri, tab, (heads, kvh, hd, bs, scale, chunk, splits, row0)

@@ -113,6 +113,10 @@ type sched struct {
 	live     map[*seq]bool // sequences that submitted a step and have not left
 	awaiting map[*seq]bool // served last pass, not yet back
 	admitted uint64        // admission counter
+	// Pipelined greedy decoding (pipelined.go): the backend keeps token
+	// ids on the device; spec is the speculative step in flight.
+	pipelined bool
+	spec      *speculation
 }
 
 // item is one sequence's share of a forward pass.
@@ -133,7 +137,8 @@ type item struct {
 // so that decodes stay in lockstep. Owned by the Engine; stopped by Close.
 func (e *Runner) loop(l *lane) {
 	defer e.wg.Done()
-	st := &sched{live: map[*seq]bool{}, awaiting: map[*seq]bool{}}
+	st := &sched{live: map[*seq]bool{}, awaiting: map[*seq]bool{}, pipelined: e.deviceTokens()}
+	defer st.dropSpec()
 	add := func(r *stepReq) {
 		s := r.s
 		delete(st.awaiting, s)
@@ -192,6 +197,9 @@ func (e *Runner) loop(l *lane) {
 			}
 		}
 		timer.Stop()
+		if e.resolveSpec(st) {
+			continue
+		}
 		batch := e.schedule(st)
 		if len(batch) == 0 {
 			// Everything waits for blocks: wait for a change.
@@ -205,6 +213,9 @@ func (e *Runner) loop(l *lane) {
 				e.failAll(st.pending)
 				return
 			}
+			continue
+		}
+		if st.pipelined && pipelinable(batch) && e.runPipelined(st, batch) {
 			continue
 		}
 		pass := make([]PassSeq, len(batch))

@@ -52,6 +52,13 @@ kernel void moe_route(device int *idx [[buffer(0)]],
 		}
 		float m = simd_max(bv);
 		uint win = simd_min(bv == m ? be : 0xffffffffu);
+		if (win >= p.E) {
+			// NaN logits: no candidate compares. Expert s (weight NaN) keeps the
+			// gathered kernels inside the expert table; the NaN reaches the
+			// logits, which the host reports (ErrNaNLogits).
+			win = s % p.E;
+			m = as_type<float>(0x7fc00000u); // NaN
+		}
 		if (win % 32 == lane) pr[win / 32] = -1.0f;
 		if (lane == 0) {
 			idx[tg * p.K + s] = int(win);
@@ -178,6 +185,7 @@ struct DownCombineParams {
 	uint inter;      // inputs of a routed expert's down projection
 	uint has_shared;
 	uint si;         // inputs of the shared expert's down projection
+	uint has_res;    // also res = ra + rb (a residual add of dst), as add
 };
 
 // dot8 is one SIMD-group's dot product of x (Kd values) with row n of a
@@ -205,7 +213,9 @@ inline float dot8(device const uchar *W, device const uchar *S, device const uch
 // expression in its order, so the result has the bits of the four separate
 // dispatches. The shared gate is recomputed by every SIMD-group of a token
 // (one row of H values; cheaper than a dispatch at decode). Grid
-// (ceil(H/MM_SG), T), 32*MM_SG threads; one SIMD-group per output.
+// (ceil(H/MM_SG), T), 32*MM_SG threads; one SIMD-group per output. With
+// has_res the residual add that follows (res = ra + rb, add's expression)
+// is its epilogue (metal/fuse.go).
 kernel void moe_down_combine(device float *dst [[buffer(0)]],
                              device const float *h [[buffer(1)]],
                              device const ExpertPtrs *table [[buffer(2)]],
@@ -223,6 +233,9 @@ kernel void moe_down_combine(device float *dst [[buffer(0)]],
                              device const uchar *GB [[buffer(14)]],
                              constant WeightParams &gwp [[buffer(15)]],
                              constant DownCombineParams &p [[buffer(16)]],
+                             device float *res [[buffer(17)]],
+                             device const float *ra [[buffer(18)]],
+                             device const float *rb [[buffer(19)]],
                              uint2 tg [[threadgroup_position_in_grid]],
                              uint sg [[simdgroup_index_in_threadgroup]],
                              uint lane [[thread_index_in_simdgroup]]) {
@@ -241,5 +254,10 @@ kernel void moe_down_combine(device float *dst [[buffer(0)]],
 		float g = dot8(GW, GS, GB, gwp, 0, x + ulong(t) * p.H, p.H, lane) + 0.0f;
 		acc += ys / (1.0f + exp(-g));
 	}
-	if (lane == 0) dst[ulong(t) * p.H + n] = acc;
+	if (lane == 0) {
+		ulong i = ulong(t) * p.H + n;
+		dst[i] = acc;
+		// One of ra, rb is dst: written and re-read by this lane (res may alias either).
+		if (p.has_res != 0) res[i] = ra[i] + rb[i];
+	}
 }
