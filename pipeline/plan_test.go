@@ -6,7 +6,9 @@ import (
 )
 
 func TestPlanValidate(t *testing.T) {
-	st := func(w string, a, b int) StageAddr { return StageAddr{Worker: w, Addr: "127.0.0.1:1", First: a, Last: b} }
+	st := func(w string, a, b int) StageAddr {
+		return StageAddr{Worker: w, Addr: "127.0.0.1:1", First: a, Last: b}
+	}
 	tests := []struct {
 		name string
 		plan Plan
