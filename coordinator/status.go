@@ -48,7 +48,11 @@ func (c *Coordinator) Status(ctx context.Context) Status {
 		}
 		st.Nodes = append(st.Nodes, n)
 	}
-	for _, m := range c.fsm.snapshot().Models {
+	fst := c.fsm.snapshot()
+	for _, m := range fst.Models {
+		if p, ok := fst.Pipelines[m.Name]; ok {
+			m.Stages = adminStages(p) // pipelines.go
+		}
 		st.Models = append(st.Models, m)
 		models[m.Name] = true
 	}
