@@ -409,7 +409,7 @@ func (c *Coordinator) placeModels(members []cluster.Member, st State) {
 		pc = DefaultPlacementConfig()
 	}
 	placed, free := place(pc, models, workers, st.Assign)
-	young := c.placementYoung() // restart.go
+	young := c.placementYoung()                                 // restart.go
 	defer c.pipelineRound(pc, st, placed, free, members, young) // pipelines.go: models no worker holds whole
 	for name, ws := range placed {
 		old, ok := st.Assign[name]

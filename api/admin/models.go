@@ -76,8 +76,8 @@ type WorkerModelState struct {
 // ModelStatus is a registry entry with its placement and progress.
 type ModelStatus struct {
 	ModelSpec
-	Assigned []string           `json:"assigned"` // placement (managed models)
+	Assigned []string           `json:"assigned"`        // placement (managed models)
 	Epoch    uint64             `json:"epoch,omitempty"` // of the pipeline plan in Stages (0: none)
-	Serving  []string           `json:"serving"`  // workers serving it now (gossip)
+	Serving  []string           `json:"serving"`         // workers serving it now (gossip)
 	Workers  []WorkerModelState `json:"workers"`
 }
