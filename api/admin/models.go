@@ -39,6 +39,27 @@ type ModelLayout struct {
 	// one sequence (0 for attention layers).
 	KVPerToken  []int64 `json:"kv_per_token"`
 	StatePerSeq []int64 `json:"state_per_seq"`
+	// Ranges are where the tensors lie in the model's files, so that a
+	// stage's worker fetches only its byte ranges (nil: fetch whole files).
+	Ranges *LayoutRanges `json:"ranges,omitempty"`
+}
+
+// LayoutRanges is engine/checkpoint.Ranges on the wire (the same JSON):
+// weight-file byte ranges by decoder layer, embedding, head, and the common
+// ones (headers) every stage reads. Files without a range are read whole.
+type LayoutRanges struct {
+	Layers [][]FileRange `json:"layers"`
+	Embed  []FileRange   `json:"embed"`
+	Head   []FileRange   `json:"head"`
+	Common []FileRange   `json:"common"`
+}
+
+// FileRange is bytes [Off, Off+Len) of the model file Path (relative to
+// the model folder; the file name of a .gguf model).
+type FileRange struct {
+	Path string `json:"path"`
+	Off  int64  `json:"off"`
+	Len  int64  `json:"len"`
 }
 
 // Stage is one stage of a pipelined model: the worker running decoder
