@@ -44,6 +44,9 @@ type AssignedModel struct {
 	// fetch only that stage's files and tensor ranges, load the stage and
 	// join the plan. Workers is then empty.
 	Plan *PipelinePlan `json:"plan,omitempty"`
+	// Ranges, with Plan, are where the model's tensors lie in its files:
+	// the stage's worker fetches only the chunks its ranges need.
+	Ranges *admin.LayoutRanges `json:"ranges,omitempty"`
 }
 
 // PipelinePlan is pipeline.Plan on the wire (the same JSON): a pipelined

@@ -189,6 +189,14 @@ func placePipelines(pc PlacementConfig, st State, placed map[string][]string, fr
 			}
 		}
 		as, err := pipeline.Place(size, budget, cands)
+		if err == nil && len(as) == 1 {
+			// One worker holds it by the stage rule (the whole rule also
+			// counts non-weight files): a pipeline has two stages at least.
+			for i := range cands {
+				cands[i].Free = min(cands[i].Free, as[0].Need-1)
+			}
+			as, err = pipeline.Place(size, budget, cands)
+		}
 		if err != nil {
 			if hadPlan && !young {
 				cmds = append(cmds, pipelineCmd{Model: name, Seed: seed})
@@ -347,6 +355,9 @@ func pipelineAssignments(st State, worker string) []cluster.AssignedModel {
 		switch {
 		case ok && p.Index(worker) >= 0:
 			am.Plan = wirePlan(p)
+			if spec.Layout != nil {
+				am.Ranges = spec.Layout.Ranges
+			}
 		case seed == worker:
 			am.StoreOnly = true
 		default:
@@ -355,4 +366,14 @@ func pipelineAssignments(st State, worker string) []cluster.AssignedModel {
 		out = append(out, am)
 	}
 	return out
+}
+
+// pipelined reports whether model runs (or is being placed) as a pipeline:
+// its jobs then wait in the queue while no worker serves it, and a failed
+// one waits there for the re-placed pipeline.
+func (c *Coordinator) pipelined(model string) bool {
+	c.fsm.mu.RLock()
+	defer c.fsm.mu.RUnlock()
+	_, ok := c.fsm.state.Pipelines[model]
+	return ok
 }

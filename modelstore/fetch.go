@@ -134,7 +134,8 @@ type Request struct {
 	// partial folder (Dest+".partial"), Result.Partial is set, and a later
 	// Fetch of the same model (whole, or another part) resumes from the
 	// chunks already there.
-	Want func(f File, chunk int) bool
+	// The chunk is bytes [off, off+n) of f.
+	Want func(f File, off, n int64) bool
 }
 
 // Result describes a finished fetch.
@@ -492,8 +493,10 @@ func (j *job) run(ctx context.Context) error {
 	for fi, file := range j.man.Files {
 		done := j.state.Done[file.Path]
 		for ci := range file.Chunks {
-			if j.req.Want != nil && !j.req.Want(file, ci) {
-				continue
+			if j.req.Want != nil {
+				if off, n := j.man.ChunkRange(file, ci); !j.req.Want(file, off, n) {
+					continue
+				}
 			}
 			if done[ci] == '1' {
 				off, n := j.man.ChunkRange(file, ci)

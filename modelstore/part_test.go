@@ -35,7 +35,8 @@ func TestFetchPart(t *testing.T) {
 	dest := filepath.Join(t.TempDir(), "m")
 	f := fetcher(t, nil)
 	// Part 1: chunks 1 and 2 of model.safetensors, the small files whole.
-	want1 := func(file modelstore.File, c int) bool {
+	want1 := func(file modelstore.File, off, _ int64) bool {
+		c := off / chunk
 		if file.Path == "model.safetensors" {
 			return c == 1 || c == 2
 		}
@@ -61,8 +62,9 @@ func TestFetchPart(t *testing.T) {
 	}
 	for c := 0; c*chunk < len(full); c++ {
 		a, b := c*chunk, min((c+1)*chunk, len(full))
-		if want1(modelstore.File{Path: "model.safetensors"}, c) != bytes.Equal(got[a:b], full[a:b]) {
-			t.Errorf("chunk %d: written %v, wanted %v", c, bytes.Equal(got[a:b], full[a:b]), want1(modelstore.File{Path: "model.safetensors"}, c))
+		wanted := want1(modelstore.File{Path: "model.safetensors"}, int64(a), int64(b-a))
+		if wanted != bytes.Equal(got[a:b], full[a:b]) {
+			t.Errorf("chunk %d: written %v, wanted %v", c, !wanted, wanted)
 		}
 	}
 	if b, _ := os.ReadFile(filepath.Join(res.Path, "config.json")); !bytes.Equal(b, files["config.json"]) {
@@ -85,7 +87,9 @@ func TestFetchPart(t *testing.T) {
 	}
 	// Part 2 overlaps part 1: only chunk 3 is new.
 	res, err = f.Fetch(context.Background(), modelstore.Request{Model: "m", Peers: []string{p.URL}, Dest: dest,
-		Want: func(file modelstore.File, c int) bool { return file.Path == "model.safetensors" && c >= 2 && c <= 3 }})
+		Want: func(file modelstore.File, off, _ int64) bool {
+			return file.Path == "model.safetensors" && off >= 2*chunk && off <= 3*chunk
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,19 +66,19 @@ func part(raw string) int {
 }
 
 // TensorRanges reads the headers of the checkpoint at path (a folder or a
-// .gguf file) and returns where its tensors lie.
-func TensorRanges(path string) (*Ranges, error) {
+// .gguf file) and returns where its tensors lie, with the model's Config.
+func TensorRanges(path string) (*Ranges, *Config, error) {
 	type tensorAt struct {
 		raw string
 		r   FileRange
 	}
 	var all []tensorAt
 	var common []FileRange
-	layers := 0
+	var cfg *Config
 	if IsGGUF(path) {
 		f, err := gguf.Open(path)
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint ranges: %w", err)
+			return nil, nil, fmt.Errorf("checkpoint ranges: %w", err)
 		}
 		defer f.Close()
 		name := filepath.Base(path)
@@ -88,24 +88,23 @@ func TensorRanges(path string) (*Ranges, error) {
 		}
 		gc, err := f.Config()
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint ranges: %w", err)
+			return nil, nil, fmt.Errorf("checkpoint ranges: %w", err)
 		}
-		layers = configFromGGUF(gc).NumHiddenLayers
+		cfg = configFromGGUF(gc)
 	} else {
-		cfg, err := LoadConfig(path)
-		if err != nil {
-			return nil, fmt.Errorf("checkpoint ranges: %w", err)
+		var err error
+		if cfg, err = LoadConfig(path); err != nil {
+			return nil, nil, fmt.Errorf("checkpoint ranges: %w", err)
 		}
-		layers = cfg.NumHiddenLayers
 		set, err := safetensors.OpenDir(path)
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint ranges: %w", err)
+			return nil, nil, fmt.Errorf("checkpoint ranges: %w", err)
 		}
 		defer set.Close()
 		for _, f := range set.Files() {
 			rel, err := filepath.Rel(path, f.Path())
 			if err != nil {
-				return nil, fmt.Errorf("checkpoint ranges: %w", err)
+				return nil, nil, fmt.Errorf("checkpoint ranges: %w", err)
 			}
 			rel = filepath.ToSlash(rel)
 			h := f.Header()
@@ -115,6 +114,7 @@ func TensorRanges(path string) (*Ranges, error) {
 			}
 		}
 	}
+	layers := cfg.NumHiddenLayers
 	r := &Ranges{Layers: make([][]FileRange, layers)}
 	hasHead := false
 	for _, t := range all {
@@ -139,7 +139,16 @@ func TensorRanges(path string) (*Ranges, error) {
 		r.Layers[i] = mergeRanges(r.Layers[i])
 	}
 	r.Embed, r.Head, r.Common = mergeRanges(r.Embed), mergeRanges(r.Head), mergeRanges(common)
-	return r, nil
+	return r, cfg, nil
+}
+
+// Bytes is the total length of rs.
+func Bytes(rs []FileRange) int64 {
+	var n int64
+	for _, r := range rs {
+		n += r.Len
+	}
+	return n
 }
 
 // Stage is every range stage s (resolved, of a model of len(r.Layers)

@@ -70,7 +70,7 @@ func TestStageRanges(t *testing.T) {
 	for _, fx := range rangeFixtures {
 		src := filepath.Join("..", "..", "testdata", filepath.FromSlash(fx))
 		t.Run(fx, func(t *testing.T) {
-			r, err := TensorRanges(src)
+			r, _, err := TensorRanges(src)
 			if err != nil {
 				t.Fatal(err)
 			}
