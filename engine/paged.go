@@ -251,6 +251,15 @@ func (m *Model) NewKVPool(cfg KVPoolConfig) (*KVPool, error) {
 	for _, s := range shapes {
 		p.bytes += int64(2 * s.heads * s.dim * cfg.BlockSize * valueBytes)
 	}
+	if p.bytes == 0 && !m.whole() && p.needSnap && p.canSnap {
+		// A pipeline stage of a hybrid model with recurrent layers only:
+		// its blocks hold no KV, but they still count positions and carry
+		// the prefix cache's hashes and snapshots, so that the stage
+		// resumes a cached prefix as the stages around it do. A block is
+		// priced as one attention layer's would be (the snapshots' memory
+		// is paid in blocks).
+		p.bytes = int64(2 * max(m.cfg.NumKeyValueHeads, 1) * max(m.cfg.HeadDim, 1) * cfg.BlockSize * valueBytes)
+	}
 	if p.bytes == 0 {
 		if !m.whole() {
 			return nil, fmt.Errorf("kv pool: stage %v has no attention layers (use per-sequence caches: Model.NewCache)", m.stage)

@@ -71,7 +71,18 @@ type Seq struct {
 	PromptEnd int
 	AllLogits bool
 	Greedy    bool
-	Tokens    []int
+	// Sample (a data frame): the last stage draws the sequence's next
+	// token with its sampler (the frame's Payload carries the parameters)
+	// and returns only the id.
+	Sample bool
+	// Snapshot (a data frame): after this pass every stage saves the
+	// sequence's recurrent state (engine.Cache.SaveSnapshot), as the head
+	// does, so that the prefix cache can resume there on every stage.
+	Snapshot bool
+	// Logits (a result frame): the sequence's row of Hidden holds its
+	// logits; otherwise Tokens[0] is its next token.
+	Logits bool
+	Tokens []int
 }
 
 // Frame is one batch crossing a stage boundary: the sequences and the
@@ -79,6 +90,9 @@ type Seq struct {
 // sum of len(Tokens). A frame with Cols 0 carries tokens only (the last
 // stage's sampled tokens going back to the first).
 type Frame struct {
+	// Kind says what the frame is: a batch's hidden states (Data, the
+	// zero value) or one of the pipeline's control messages (member.go).
+	Kind Kind
 	// Batch identifies the pass (the sender numbers them); a reply or an
 	// error names it.
 	Batch    uint64
@@ -87,23 +101,82 @@ type Frame struct {
 	Cols     int
 	Encoding Encoding
 	Hidden   []float32
+	// Payload is opaque bytes for control messages (a hello's JSON, an
+	// error's text, a data frame's sampler parameters).
+	Payload []byte
+}
+
+// Kind is the type of a frame.
+type Kind uint16
+
+const (
+	// Data is a batch going down the chain: sequences and the hidden
+	// states of all their tokens (Rows = the sum of len(Tokens)).
+	Data Kind = iota
+	// Hello is a connection's first frame: Payload names the pipeline and
+	// the stages it links (JSON).
+	Hello
+	// Result goes from the last stage to the head: per sequence its next
+	// token, or (Seq.Logits) its logits as a row of Hidden.
+	Result
+	// Attach asks every stage to attach the longest cached prefix of one
+	// sequence's tokens, at most Seqs[0].Pos positions (each stage lowers
+	// Pos to what it attached); the last stage answers with an Attached.
+	Attach
+	// Attached is the answer to an Attach: Seqs[0].Pos positions, what
+	// every stage now holds at least.
+	Attached
+	// Forget tells every stage that the sequences ended: their caches are
+	// freed.
+	Forget
+	// Failed is a stage's error for batch Batch (Payload: the message),
+	// passed on to the head.
+	Failed
+	numKinds
+)
+
+func (k Kind) String() string {
+	if k < numKinds {
+		return [...]string{"data", "hello", "result", "attach", "attached", "forget", "failed"}[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint16(k))
+}
+
+// rowsOf is the rows a frame of kind k with seqs has: a result's logits
+// rows, every other kind's tokens.
+func rowsOf(k Kind, seqs []Seq) int {
+	n := 0
+	for _, s := range seqs {
+		switch {
+		case k != Result:
+			n += len(s.Tokens)
+		case s.Logits:
+			n++
+		}
+	}
+	return n
 }
 
 // Wire format (little endian), after a u32 length of everything that
 // follows:
 //
-//	u8 version (1) | u8 encoding | u16 zero | u64 batch | u32 seqs | u32 rows | u32 cols | u32 meta bytes
-//	per sequence: u64 id | u32 pos | u32 prompt end | u8 flags (1 all logits, 2 greedy) | u32 n | n × u32 token
+//	u8 version (2) | u8 encoding | u16 kind | u64 batch | u32 seqs | u32 rows | u32 cols | u32 meta bytes | u32 payload bytes
+//	per sequence: u64 id | u32 pos | u32 prompt end | u8 flags (1 all logits, 2 greedy, 4 sample, 8 logits, 16 snapshot) | u32 n | n × u32 token
+//	payload
 //	rows × cols values (4 or 2 bytes each)
 //
-// meta bytes is the size of the sequence records, so a reader can take them
-// in one read and the values in another, straight into the float32 slice.
+// meta bytes is the size of the sequence records and the payload, so a
+// reader can take them in one read and the values in another, straight
+// into the float32 slice.
 const (
-	version    = 1
-	headerSize = 28
-	seqHead    = 21
-	flagAll    = 1
-	flagGreedy = 2
+	version      = 2
+	headerSize   = 32
+	seqHead      = 21
+	flagAll      = 1
+	flagGreedy   = 2
+	flagSample   = 4
+	flagLogits   = 8
+	flagSnapshot = 16
 	// maxCount bounds each count field before anything is allocated.
 	maxCount = 1 << 28
 )
@@ -116,9 +189,8 @@ var (
 
 // check validates the frame's shape before it is sent.
 func (f *Frame) check() error {
-	n := 0
 	for i, s := range f.Seqs {
-		if len(s.Tokens) == 0 {
+		if len(s.Tokens) == 0 && f.Kind == Data {
 			return fmt.Errorf("%w: sequence %d has no tokens", ErrBadFrame, i)
 		}
 		if s.Pos < 0 || s.PromptEnd < 0 || s.Pos > math.MaxUint32 || s.PromptEnd > math.MaxUint32 {
@@ -129,13 +201,17 @@ func (f *Frame) check() error {
 				return fmt.Errorf("%w: sequence %d: token %d out of range", ErrBadFrame, i, t)
 			}
 		}
-		n += len(s.Tokens)
 	}
+	n := rowsOf(f.Kind, f.Seqs)
 	switch {
+	case f.Kind >= numKinds:
+		return fmt.Errorf("%w: unknown %v", ErrBadFrame, f.Kind)
 	case f.Encoding != F32 && f.Encoding != F16:
 		return fmt.Errorf("%w: unknown %v", ErrBadFrame, f.Encoding)
 	case f.Rows != n:
-		return fmt.Errorf("%w: %d rows, the sequences have %d tokens", ErrBadFrame, f.Rows, n)
+		return fmt.Errorf("%w: %d rows, the %v frame's sequences make %d", ErrBadFrame, f.Rows, f.Kind, n)
+	case len(f.Payload) > maxCount:
+		return fmt.Errorf("%w: payload of %d bytes", ErrBadFrame, len(f.Payload))
 	case f.Cols < 0 || f.Rows > maxCount || f.Cols > maxCount:
 		return fmt.Errorf("%w: shape [%d, %d] out of range", ErrBadFrame, f.Rows, f.Cols)
 	case len(f.Hidden) != f.Rows*f.Cols:
@@ -149,7 +225,7 @@ func (f *Frame) metaBytes() int {
 	for _, s := range f.Seqs {
 		n += seqHead + 4*len(s.Tokens)
 	}
-	return n
+	return n + len(f.Payload)
 }
 
 // appendMeta appends the length prefix, header and sequence records.
@@ -158,12 +234,14 @@ func (f *Frame) appendMeta(b []byte) []byte {
 	total := headerSize + meta + f.Rows*f.Cols*f.Encoding.size()
 	le := binary.LittleEndian
 	b = le.AppendUint32(b, uint32(total))
-	b = append(b, version, byte(f.Encoding), 0, 0)
+	b = append(b, version, byte(f.Encoding))
+	b = le.AppendUint16(b, uint16(f.Kind))
 	b = le.AppendUint64(b, f.Batch)
 	b = le.AppendUint32(b, uint32(len(f.Seqs)))
 	b = le.AppendUint32(b, uint32(f.Rows))
 	b = le.AppendUint32(b, uint32(f.Cols))
 	b = le.AppendUint32(b, uint32(meta))
+	b = le.AppendUint32(b, uint32(len(f.Payload)))
 	for _, s := range f.Seqs {
 		b = le.AppendUint64(b, s.ID)
 		b = le.AppendUint32(b, uint32(s.Pos))
@@ -175,13 +253,22 @@ func (f *Frame) appendMeta(b []byte) []byte {
 		if s.Greedy {
 			fl |= flagGreedy
 		}
+		if s.Sample {
+			fl |= flagSample
+		}
+		if s.Logits {
+			fl |= flagLogits
+		}
+		if s.Snapshot {
+			fl |= flagSnapshot
+		}
 		b = append(b, fl)
 		b = le.AppendUint32(b, uint32(len(s.Tokens)))
 		for _, t := range s.Tokens {
 			b = le.AppendUint32(b, uint32(t))
 		}
 	}
-	return b
+	return append(b, f.Payload...)
 }
 
 // nativeLE says whether float32 slices can be sent as their memory.
@@ -248,9 +335,13 @@ func readFrame(r io.Reader, f *Frame, buf []byte, max int) ([]byte, error) {
 	if enc != F32 && enc != F16 {
 		return buf, fmt.Errorf("%w: unknown %v", ErrBadFrame, enc)
 	}
-	nseq, rows, cols, meta := int(le.Uint32(h[12:])), int(le.Uint32(h[16:])), int(le.Uint32(h[20:])), int(le.Uint32(h[24:]))
-	if nseq > maxCount || rows > maxCount || cols > maxCount || meta > total-headerSize ||
-		meta < nseq*seqHead || headerSize+meta+rows*cols*enc.size() != total {
+	kind := Kind(le.Uint16(h[2:]))
+	if kind >= numKinds {
+		return buf, fmt.Errorf("%w: unknown %v", ErrBadFrame, kind)
+	}
+	nseq, rows, cols, meta, pay := int(le.Uint32(h[12:])), int(le.Uint32(h[16:])), int(le.Uint32(h[20:])), int(le.Uint32(h[24:])), int(le.Uint32(h[28:]))
+	if nseq > maxCount || rows > maxCount || cols > maxCount || pay > maxCount || meta > total-headerSize ||
+		meta < nseq*seqHead+pay || headerSize+meta+rows*cols*enc.size() != total {
 		return buf, fmt.Errorf("%w: %d sequences, shape [%d, %d], %d meta bytes do not make %d bytes", ErrBadFrame, nseq, rows, cols, meta, total)
 	}
 	if cap(buf) < meta {
@@ -260,22 +351,25 @@ func readFrame(r io.Reader, f *Frame, buf []byte, max int) ([]byte, error) {
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return buf, unexpected(err)
 	}
-	f.Batch, f.Encoding, f.Rows, f.Cols = le.Uint64(h[4:]), enc, rows, cols
+	f.Kind, f.Batch, f.Encoding, f.Rows, f.Cols = kind, le.Uint64(h[4:]), enc, rows, cols
 	f.Seqs = f.Seqs[:0]
+	recs := meta - pay // the sequence records; the payload follows
 	// One token slice for the whole frame, cut per sequence.
-	toks := make([]int, 0, (meta-nseq*seqHead)/4)
-	off, n := 0, 0
+	toks := make([]int, 0, (recs-nseq*seqHead)/4)
+	off := 0
 	for range nseq {
-		if off+seqHead > meta {
-			return buf, fmt.Errorf("%w: sequence records overrun %d meta bytes", ErrBadFrame, meta)
+		if off+seqHead > recs {
+			return buf, fmt.Errorf("%w: sequence records overrun %d bytes", ErrBadFrame, recs)
 		}
 		rec := buf[off:]
 		s := Seq{ID: le.Uint64(rec), Pos: int(le.Uint32(rec[8:])), PromptEnd: int(le.Uint32(rec[12:]))}
-		s.AllLogits, s.Greedy = rec[16]&flagAll != 0, rec[16]&flagGreedy != 0
+		fl := rec[16]
+		s.AllLogits, s.Greedy, s.Sample = fl&flagAll != 0, fl&flagGreedy != 0, fl&flagSample != 0
+		s.Logits, s.Snapshot = fl&flagLogits != 0, fl&flagSnapshot != 0
 		nt := int(le.Uint32(rec[17:]))
 		off += seqHead
-		if nt == 0 || nt > (meta-off)/4 {
-			return buf, fmt.Errorf("%w: sequence of %d tokens in %d meta bytes left", ErrBadFrame, nt, meta-off)
+		if (nt == 0 && kind == Data) || nt > (recs-off)/4 {
+			return buf, fmt.Errorf("%w: sequence of %d tokens in %d record bytes left", ErrBadFrame, nt, recs-off)
 		}
 		start := len(toks)
 		for j := range nt {
@@ -283,12 +377,12 @@ func readFrame(r io.Reader, f *Frame, buf []byte, max int) ([]byte, error) {
 		}
 		off += 4 * nt
 		s.Tokens = toks[start:len(toks):len(toks)]
-		n += nt
 		f.Seqs = append(f.Seqs, s)
 	}
-	if off != meta || n != rows {
-		return buf, fmt.Errorf("%w: sequences hold %d tokens in %d of %d meta bytes, frame has %d rows", ErrBadFrame, n, off, meta, rows)
+	if n := rowsOf(kind, f.Seqs); off != recs || n != rows {
+		return buf, fmt.Errorf("%w: sequences make %d rows in %d of %d record bytes, frame has %d rows", ErrBadFrame, n, off, recs, rows)
 	}
+	f.Payload = append(f.Payload[:0], buf[recs:meta]...)
 	nv := rows * cols
 	if cap(f.Hidden) < nv {
 		f.Hidden = make([]float32, nv)

@@ -21,7 +21,8 @@ func testFrame(seed uint64, cols int, enc Encoding, counts ...int) *Frame {
 	r := rand.New(rand.NewPCG(seed, 7))
 	f := &Frame{Batch: r.Uint64(), Cols: cols, Encoding: enc}
 	for i, n := range counts {
-		s := Seq{ID: r.Uint64(), Pos: r.IntN(1 << 20), PromptEnd: r.IntN(1 << 20), AllLogits: i%2 == 0, Greedy: i%3 == 1}
+		s := Seq{ID: r.Uint64(), Pos: r.IntN(1 << 20), PromptEnd: r.IntN(1 << 20), AllLogits: i%2 == 0, Greedy: i%3 == 1,
+			Sample: i%3 == 2, Snapshot: i%4 == 3}
 		for range n {
 			s.Tokens = append(s.Tokens, r.IntN(1<<32))
 		}
@@ -44,13 +45,17 @@ func testFrame(seed uint64, cols int, enc Encoding, counts ...int) *Frame {
 
 func sameFrame(t *testing.T, got, want *Frame, exact bool) {
 	t.Helper()
+	if got.Kind != want.Kind || !bytes.Equal(got.Payload, want.Payload) {
+		t.Fatalf("kind %v payload %q, want %v %q", got.Kind, got.Payload, want.Kind, want.Payload)
+	}
 	if got.Batch != want.Batch || got.Rows != want.Rows || got.Cols != want.Cols || got.Encoding != want.Encoding || len(got.Seqs) != len(want.Seqs) {
 		t.Fatalf("header: got batch %d [%d×%d] %v %d seqs, want %d [%d×%d] %v %d seqs",
 			got.Batch, got.Rows, got.Cols, got.Encoding, len(got.Seqs), want.Batch, want.Rows, want.Cols, want.Encoding, len(want.Seqs))
 	}
 	for i := range want.Seqs {
 		g, w := got.Seqs[i], want.Seqs[i]
-		if g.ID != w.ID || g.Pos != w.Pos || g.PromptEnd != w.PromptEnd || g.AllLogits != w.AllLogits || g.Greedy != w.Greedy || !slices.Equal(g.Tokens, w.Tokens) {
+		if g.ID != w.ID || g.Pos != w.Pos || g.PromptEnd != w.PromptEnd || g.AllLogits != w.AllLogits || g.Greedy != w.Greedy ||
+			g.Sample != w.Sample || g.Logits != w.Logits || g.Snapshot != w.Snapshot || !slices.Equal(g.Tokens, w.Tokens) {
 			t.Fatalf("sequence %d: got %+v, want %+v", i, g, w)
 		}
 	}
@@ -85,6 +90,20 @@ func TestFrameRoundTrip(t *testing.T) {
 		{7, F32, []int{512}},
 	} {
 		f := testFrame(uint64(i), tc.cols, tc.enc, tc.counts...)
+		frames = append(frames, f)
+		if _, err := writeFrame(&stream, f, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Control frames: a result (tokens and a logits row), an attach with
+	// a payload, a forget of sequences without tokens.
+	ctl := []*Frame{
+		{Kind: Result, Batch: 9, Seqs: []Seq{{ID: 1, Tokens: []int{42}}, {ID: 2, Logits: true}}, Rows: 1, Cols: 3, Hidden: []float32{1, -2, 3}},
+		{Kind: Attach, Batch: 10, Seqs: []Seq{{ID: 3, Pos: 64, Tokens: []int{5, 6, 7}}}, Rows: 3, Payload: []byte(`{"x":1}`)},
+		{Kind: Forget, Seqs: []Seq{{ID: 4}, {ID: 5}}, Payload: []byte{}},
+		{Kind: Failed, Batch: 11, Payload: []byte("stage 2: boom")},
+	}
+	for _, f := range ctl {
 		frames = append(frames, f)
 		if _, err := writeFrame(&stream, f, nil); err != nil {
 			t.Fatal(err)
@@ -149,6 +168,8 @@ func TestFrameRejects(t *testing.T) {
 		{"short header", mutate(func(b []byte) []byte { le.PutUint32(b, 8); return b }), 1 << 20, ErrBadFrame, "shorter than the header"},
 		{"version", mutate(func(b []byte) []byte { b[4] = 9; return b }), 1 << 20, ErrBadFrame, "version 9"},
 		{"encoding", mutate(func(b []byte) []byte { b[5] = 7; return b }), 1 << 20, ErrBadFrame, "encoding(7)"},
+		{"kind", mutate(func(b []byte) []byte { le.PutUint16(b[6:], 9); return b }), 1 << 20, ErrBadFrame, "kind(9)"},
+		{"payload", mutate(func(b []byte) []byte { le.PutUint32(b[4+28:], 1<<20); return b }), 1 << 20, ErrBadFrame, "do not make"},
 		{"rows mismatch", mutate(func(b []byte) []byte { le.PutUint32(b[4+16:], 4); return b }), 1 << 20, ErrBadFrame, "do not make"},
 		{"tokens vs rows", mutate(func(b []byte) []byte {
 			// Second sequence claims 0 tokens.
@@ -171,7 +192,8 @@ func TestFrameRejects(t *testing.T) {
 		fn   func(f *Frame)
 		text string
 	}{
-		{"rows", func(f *Frame) { f.Rows++ }, "rows, the sequences have"},
+		{"rows", func(f *Frame) { f.Rows++ }, "rows, the data frame's sequences make"},
+		{"kind", func(f *Frame) { f.Kind = numKinds }, "kind(7)"},
 		{"values", func(f *Frame) { f.Hidden = f.Hidden[1:] }, "hidden values"},
 		{"empty seq", func(f *Frame) { f.Seqs[0].Tokens = nil }, "no tokens"},
 		{"token", func(f *Frame) { f.Seqs[0].Tokens[0] = -1 }, "token -1 out of range"},

@@ -175,7 +175,7 @@ func (e *Runner) benchStream(ctx context.Context, prompt []int, gen int, submit 
 		return st, err
 	}
 	defer cache.Free()
-	s := &seq{cache: cache, res: make(chan stepResult, 1), promptEnd: len(prompt)}
+	s := e.newSeq(cache, len(prompt))
 	defer e.done(s)
 	sr := e.stepGreedy(ctx, s, prompt, true, true)
 	for sr.err == nil {
@@ -200,8 +200,6 @@ func newScheduler(cfg Config, m *engine.Model) (*Runner, error) {
 		cfg:   cfg,
 		log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		model: m,
-		steps: make(chan *stepReq),
-		leave: make(chan *seq),
 		quit:  make(chan struct{}),
 	}
 	e.maxCtx = m.Config().MaxPositionEmbeddings
@@ -211,8 +209,7 @@ func newScheduler(cfg Config, m *engine.Model) (*Runner, error) {
 	if err := e.newPool(); err != nil {
 		e.log.Info("no paged KV cache", "err", err)
 	}
-	e.wg.Add(1)
-	go e.loop()
+	e.start()
 	return e, nil
 }
 

@@ -47,13 +47,28 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 	// pick it (on a GPU only the id comes back): greedy, nothing that
 	// changes or reports the logits.
 	greedy := greedyParams(params) && !p.logprobs && !p.score && p.segments == nil
+	// Over a pipeline the last stage draws the other plain sampled steps
+	// (same sampler, seed and step), so only the id comes back; logprobs
+	// and constraints need the logits here.
+	var remote *sample.Params
+	if !greedy && e.fwd.Samples() && !p.logprobs && !p.score && p.segments == nil {
+		remote = &params
+	}
 	cache, err := e.newCache()
 	if err != nil {
 		return res, err
 	}
 	defer cache.Free()
-	s := &seq{cache: cache, res: make(chan stepResult, 1), promptEnd: len(pr.ids)}
+	s := e.newSeq(cache, len(pr.ids))
 	defer e.done(s) // runs before Free: the scheduler forgets s first
+	// step runs tokens; gen is the tokens generated before them.
+	step := func(tokens []int, first bool, gen int) stepResult {
+		r := &stepReq{ctx: ctx, s: s, tokens: tokens, first: first}
+		if gen >= p.minTokens {
+			r.greedy, r.sample = greedy, remote
+		}
+		return e.stepWith(ctx, r)
+	}
 
 	var resumed []int // decoded ids; subst[k]: resumed[k] replaced a sampled EOS
 	var subst []bool
@@ -80,7 +95,7 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 		input = append(slices.Clip(pr.ids), resumed...)
 	}
 	// The scheduler prefills the input in chunks (after the prefix cache).
-	sr := e.stepGreedy(ctx, s, input, true, greedy && len(resumed) >= p.minTokens)
+	sr := step(input, true, len(resumed))
 	if sr.err != nil {
 		return res, sr.err
 	}
@@ -165,7 +180,7 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 		if len(gen) >= p.maxTokens {
 			break
 		}
-		if sr = e.stepGreedy(ctx, s, []int{id}, false, greedy && len(gen) >= p.minTokens); sr.err != nil {
+		if sr = step([]int{id}, false, len(gen)); sr.err != nil {
 			return res, sr.err
 		}
 		logits = sr.logits

@@ -8,7 +8,48 @@ import (
 
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/engine/sample"
 )
+
+// lane is one scheduler loop and its channels. A runner has one lane, or
+// Config.Lanes of them over a pipeline (every sequence stays on the lane it
+// started on, so that while one lane's pass is on a later stage, another's
+// runs on the first: docs/engine.md, "Pipeline execution").
+type lane struct {
+	steps chan *stepReq
+	leave chan *seq
+	seqs  int // sequences started on the lane (Runner.laneMu)
+}
+
+// start starts the scheduler lanes.
+func (e *Runner) start() {
+	n := max(e.cfg.Lanes, 1)
+	e.fwd = e.cfg.Forward
+	if e.fwd == nil {
+		e.fwd = localForward{e.model}
+		n = 1
+	}
+	for range n {
+		l := &lane{steps: make(chan *stepReq), leave: make(chan *seq)}
+		e.lanes = append(e.lanes, l)
+		e.wg.Add(1)
+		go e.loop(l)
+	}
+}
+
+// newSeq is a sequence on cache, on the lane with the fewest sequences.
+func (e *Runner) newSeq(cache *engine.Cache, promptEnd int) *seq {
+	e.laneMu.Lock()
+	l := e.lanes[0]
+	for _, x := range e.lanes[1:] {
+		if x.seqs < l.seqs {
+			l = x
+		}
+	}
+	l.seqs++
+	e.laneMu.Unlock()
+	return &seq{cache: cache, res: make(chan stepResult, 1), promptEnd: promptEnd, id: e.seqIDs.Add(1), lane: l}
+}
 
 // errClosed is returned to sequences still running when the Engine closes.
 var errClosed = errors.New("serve: engine closed")
@@ -20,6 +61,8 @@ var errClosed = errors.New("serve: engine closed")
 type seq struct {
 	cache *engine.Cache
 	res   chan stepResult // capacity 1
+	id    uint64          // names the sequence to the Forwarder
+	lane  *lane           // the scheduler lane that runs it
 	// promptEnd is the prompt's length: positions from it on are generated
 	// and computed as decode steps compute them even when prefilled (a
 	// failover resume, a recompute after preemption): engine.Seq.PromptEnd.
@@ -39,12 +82,13 @@ type seq struct {
 type stepReq struct {
 	ctx    context.Context
 	s      *seq
-	tokens []int    // to feed; after a preemption, the recomputed history first
-	off    int      // tokens[:off] are in the cache
-	cached int      // positions the prefix cache supplied at first admission
-	first  bool     // the sequence's first step (its prompt)
-	greedy bool     // only the argmax of the last logits is needed (engine.Seq.Greedy)
-	hashes []uint64 // block hashes of tokens (twin detection), computed on demand
+	tokens []int          // to feed; after a preemption, the recomputed history first
+	off    int            // tokens[:off] are in the cache
+	cached int            // positions the prefix cache supplied at first admission
+	first  bool           // the sequence's first step (its prompt)
+	greedy bool           // only the argmax of the last logits is needed (engine.Seq.Greedy)
+	sample *sample.Params // the Forwarder draws the token with these parameters (Forwarder.Samples)
+	hashes []uint64       // block hashes of tokens (twin detection), computed on demand
 }
 
 type stepResult struct {
@@ -87,7 +131,7 @@ type item struct {
 // (through the prefix cache when its blocks are still cached). After a pass
 // it waits (up to batchWait) for the sequences it answered to come back,
 // so that decodes stay in lockstep. Owned by the Engine; stopped by Close.
-func (e *Runner) loop() {
+func (e *Runner) loop(l *lane) {
 	defer e.wg.Done()
 	st := &sched{live: map[*seq]bool{}, awaiting: map[*seq]bool{}}
 	add := func(r *stepReq) {
@@ -109,9 +153,9 @@ func (e *Runner) loop() {
 		// Block until there is work.
 		for len(st.pending) == 0 {
 			select {
-			case r := <-e.steps:
+			case r := <-l.steps:
 				add(r)
-			case s := <-e.leave:
+			case s := <-l.leave:
 				leave(s)
 			case <-e.quit:
 				return
@@ -124,10 +168,10 @@ func (e *Runner) loop() {
 		for {
 			if len(st.awaiting) == 0 {
 				select {
-				case r := <-e.steps:
+				case r := <-l.steps:
 					add(r)
 					continue
-				case s := <-e.leave:
+				case s := <-l.leave:
 					leave(s)
 					continue
 				default:
@@ -135,9 +179,9 @@ func (e *Runner) loop() {
 				}
 			}
 			select {
-			case r := <-e.steps:
+			case r := <-l.steps:
 				add(r)
-			case s := <-e.leave:
+			case s := <-l.leave:
 				leave(s)
 			case <-timer.C:
 				break gather
@@ -152,9 +196,9 @@ func (e *Runner) loop() {
 		if len(batch) == 0 {
 			// Everything waits for blocks: wait for a change.
 			select {
-			case r := <-e.steps:
+			case r := <-l.steps:
 				add(r)
-			case s := <-e.leave:
+			case s := <-l.leave:
 				leave(s)
 			case <-time.After(idleWait):
 			case <-e.quit:
@@ -163,12 +207,17 @@ func (e *Runner) loop() {
 			}
 			continue
 		}
-		seqs := make([]engine.Seq, len(batch))
+		pass := make([]PassSeq, len(batch))
 		for i, it := range batch {
-			seqs[i] = engine.Seq{Cache: it.r.s.cache, Tokens: it.r.tokens[it.r.off : it.r.off+it.n], Greedy: it.r.greedy, PromptEnd: it.r.s.promptEnd}
+			s := it.r.s
+			pass[i] = PassSeq{Seq: engine.Seq{Cache: s.cache, Tokens: it.r.tokens[it.r.off : it.r.off+it.n], Greedy: it.r.greedy, PromptEnd: s.promptEnd},
+				ID: s.id, Snapshot: s.snapAt > 0 && s.cache.Len()+it.n == s.snapAt}
+			if it.r.off+it.n == len(it.r.tokens) {
+				pass[i].Sample = it.r.sample // only the step's last chunk draws
+			}
 		}
 		t0 := time.Now()
-		logits, toks, err := e.model.ForwardGreedy(context.Background(), seqs)
+		logits, toks, err := e.fwd.Forward(context.Background(), pass)
 		e.forwardNanos.Add(int64(time.Since(t0)))
 		e.passes.Add(1)
 		clear(st.awaiting)
@@ -251,9 +300,11 @@ func (e *Runner) schedule(st *sched) []item {
 			v := e.victim(st)
 			if v == nil || v == s {
 				e.preempt(st, s)
-				if v == nil {
+				if v == nil && len(e.lanes) == 1 {
 					e.answer(st, r, stepResult{err: err})
 				}
+				// With several lanes the blocks may be another lane's:
+				// s waits for them (admit refuses what can never fit).
 				return
 			}
 			if i := slices.IndexFunc(batch, func(it item) bool { return it.r.s == v }); i >= 0 {
@@ -383,6 +434,9 @@ func (e *Runner) admit(st *sched, r *stepReq) (bool, error) {
 		if err != nil {
 			return false, err
 		}
+		if n, err = e.attachOthers(r.ctx, s, attach, n); err != nil {
+			return false, err
+		}
 		if p.BlocksFor(len(r.tokens))-s.cache.Blocks() > p.Available() {
 			if n > 0 {
 				s.cache.Truncate(0)
@@ -458,8 +512,14 @@ func (e *Runner) step(ctx context.Context, s *seq, tokens []int, first bool) ste
 // logits in token, and (on a backend that computes it on the device,
 // engine.ArgmaxOps) no logits.
 func (e *Runner) stepGreedy(ctx context.Context, s *seq, tokens []int, first, greedy bool) stepResult {
+	return e.stepWith(ctx, &stepReq{ctx: ctx, s: s, tokens: tokens, first: first, greedy: greedy})
+}
+
+// stepWith submits r and waits for its result.
+func (e *Runner) stepWith(ctx context.Context, r *stepReq) stepResult {
+	s := r.s
 	select {
-	case e.steps <- &stepReq{ctx: ctx, s: s, tokens: tokens, first: first, greedy: greedy}:
+	case s.lane.steps <- r:
 	case <-ctx.Done():
 		return stepResult{err: ctx.Err()}
 	case <-e.quit:
@@ -473,7 +533,39 @@ func (e *Runner) stepGreedy(ctx context.Context, s *seq, tokens []int, first, gr
 // done tells the scheduler that s submits no more steps.
 func (e *Runner) done(s *seq) {
 	select {
-	case e.leave <- s:
+	case s.lane.leave <- s:
 	case <-e.quit:
 	}
+	e.laneMu.Lock()
+	s.lane.seqs--
+	e.laneMu.Unlock()
+	e.fwd.Forget(s.id)
+}
+
+// attachOthers makes the Forwarder's other stages hold the same prefix as
+// s's cache, which attached n positions of tokens: they attach what they
+// have of it, and while that is less, s's cache attaches again up to that
+// (with recurrent layers a shorter prefix may attach shorter still), until
+// every stage holds the same positions. It returns them.
+func (e *Runner) attachOthers(ctx context.Context, s *seq, tokens []int, n int) (int, error) {
+	if e.cfg.Forward == nil {
+		return n, nil
+	}
+	for n > 0 {
+		m, err := e.fwd.Attach(ctx, s.id, tokens[:n+1])
+		if err != nil {
+			s.cache.Truncate(0)
+			return 0, err
+		}
+		if m >= n {
+			return n, nil
+		}
+		if err := s.cache.Truncate(0); err != nil {
+			return 0, err
+		}
+		if n, err = s.cache.Attach(tokens[:m+1]); err != nil {
+			return 0, err
+		}
+	}
+	return 0, nil
 }

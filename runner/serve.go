@@ -102,6 +102,13 @@ type Config struct {
 	KVBytes     int64
 	// NoPrefixCache turns off the reuse of cached prompt prefixes.
 	NoPrefixCache bool
+	// Forward, when set, runs the forward passes in place of Model (which
+	// is then the first stage of a pipeline: package pipeline's Head).
+	Forward Forwarder
+	// Lanes is the number of scheduler loops with Forward (each with its
+	// own sequences and passes, so that several passes are in flight
+	// along a pipeline); 0 or 1: one. Without Forward there is one.
+	Lanes int
 }
 
 // DefaultConfig returns the defaults: 8 sequences, prefill chunks of 256,
@@ -129,6 +136,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("serve: kv block size %d must not be negative", c.KVBlockSize)
 	case c.KVBlocks < 0 || c.KVBytes < 0:
 		return fmt.Errorf("serve: kv budget (%d blocks, %d bytes) must not be negative", c.KVBlocks, c.KVBytes)
+	case c.Lanes < 0:
+		return fmt.Errorf("serve: lanes %d must not be negative", c.Lanes)
+	case c.Forward != nil && c.Model == nil:
+		return errors.New("serve: a Forwarder needs the first stage's Model")
 	}
 	return nil
 }
@@ -150,11 +161,13 @@ type Runner struct {
 
 	thinkOpen, thinkClose int // token ids, -1 if absent
 
-	slots chan struct{}
-	steps chan *stepReq
-	leave chan *seq
-	quit  chan struct{}
-	wg    sync.WaitGroup
+	slots  chan struct{}
+	fwd    Forwarder
+	lanes  []*lane
+	laneMu sync.Mutex
+	seqIDs atomic.Uint64
+	quit   chan struct{}
+	wg     sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -198,8 +211,6 @@ func New(cfg Config, logger *slog.Logger) (*Runner, error) {
 		log:   logger.With("component", "serve", "model", cfg.ModelName),
 		model: cfg.Model,
 		slots: make(chan struct{}, cfg.MaxSeqs),
-		steps: make(chan *stepReq),
-		leave: make(chan *seq),
 		quit:  make(chan struct{}),
 		keys:  prefix.NewRecent(maxPrefixKeys),
 	}
@@ -242,8 +253,7 @@ func New(cfg Config, logger *slog.Logger) (*Runner, error) {
 	if id, ok := e.tok.TokenID("</think>"); ok {
 		e.thinkClose = id
 	}
-	e.wg.Add(1)
-	go e.loop()
+	e.start()
 	return e, nil
 }
 
