@@ -297,7 +297,7 @@ func (c *Coordinator) ModelStatuses() []ModelStatus {
 			seen[w] = true
 			ws := WorkerModelState{Worker: w, State: "assigned"}
 			if p, ok := c.models.progress[w][name]; ok && alive[w] && time.Since(p.at) < progressTTL {
-				ws = WorkerModelState{Worker: w, State: p.State, Bytes: p.Bytes, Total: p.Total, From: p.From, Error: p.Error}
+				ws = WorkerModelState{Worker: w, State: p.State, Bytes: p.Bytes, Total: p.Total, From: p.From, Error: p.Error, Stage: p.Stage}
 			} else if !alive[w] {
 				ws.State = "gone"
 			}

@@ -125,6 +125,25 @@ func (p PlacementConfig) stageBudget() pipeline.Budget {
 	return pipeline.Budget{Overhead: p.KVBudget}
 }
 
+// PipelinePlace splits a model of layout l over workers (Free: the room
+// each offers it) as the leader does: pipeline.Place with this config's
+// load overhead on the weights and its KV budget per stage, two stages at
+// least.
+func (p PlacementConfig) PipelinePlace(l *admin.ModelLayout, workers []pipeline.Worker) ([]pipeline.Assignment, error) {
+	size, budget := p.modelSize(l), p.stageBudget()
+	as, err := pipeline.Place(size, budget, workers)
+	if err == nil && len(as) == 1 {
+		// One worker holds it by the stage rule (the whole rule also
+		// counts non-weight files): a pipeline has two stages at least.
+		ws := slices.Clone(workers)
+		for i := range ws {
+			ws[i].Free = min(ws[i].Free, as[0].Need-1)
+		}
+		as, err = pipeline.Place(size, budget, ws)
+	}
+	return as, err
+}
+
 // pipeWorker is a candidate stage worker in a placement round.
 type pipeWorker struct {
 	name, addr, store string
@@ -188,15 +207,7 @@ func placePipelines(pc PlacementConfig, st State, placed map[string][]string, fr
 				cands = append(cands, pipeline.Worker{Name: w.name, Free: alive[w.name].room})
 			}
 		}
-		as, err := pipeline.Place(size, budget, cands)
-		if err == nil && len(as) == 1 {
-			// One worker holds it by the stage rule (the whole rule also
-			// counts non-weight files): a pipeline has two stages at least.
-			for i := range cands {
-				cands[i].Free = min(cands[i].Free, as[0].Need-1)
-			}
-			as, err = pipeline.Place(size, budget, cands)
-		}
+		as, err := pc.PipelinePlace(spec.Layout, cands)
 		if err != nil {
 			if hadPlan && !young {
 				cmds = append(cmds, pipelineCmd{Model: name, Seed: seed})

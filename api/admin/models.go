@@ -92,6 +92,8 @@ type WorkerModelState struct {
 	Total  int64  `json:"total,omitempty"`
 	From   string `json:"from,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// Stage is the worker's stage of a pipelined model ("layers [F,L)").
+	Stage string `json:"stage,omitempty"`
 }
 
 // ModelStatus is a registry entry with its placement and progress.
