@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"net"
+	"os"
 	"path/filepath"
 
 	"github.com/macpool/macpool/hub"

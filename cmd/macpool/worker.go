@@ -156,8 +156,8 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 		closeEngine()
 		return err
 	}
-	g.Go(func() error { return ld.Run(ctx) }) // ends when the worker's run below closes it
-	sleep, err := f.sleep.start(logger) // worker_sleep.go: nil without -sleep-drain
+	g.Go(func() error { return ld.Run(ctx) }) // the worker's run below closes it
+	sleep, err := f.sleep.start(logger)       // worker_sleep.go: nil without -sleep-drain
 	if err != nil {
 		closeEngine()
 		return err
