@@ -115,12 +115,13 @@ func pipelineUp(t *testing.T, base, model string, epoch uint64, within time.Dura
 }
 
 // TestProcessesPipeline: a model too big for any one worker (--memory-limit)
-// is split over three worker processes (a fourth and a fifth are spares);
+// is split over three worker processes (three more are spares; the
+// model's source worker has no room for a stage);
 // the OpenAI API (openai-go) answers it greedy and seeded, streamed and
 // not, with exactly the text of the same model served whole by one worker;
-// kill -9 of the middle stage, then of the last, mid-stream: each stream
-// completes with the same text on the re-placed pipeline. The stages fetch
-// only their part of the files from the source worker.
+// kill -9 of the middle stage, then of the last, then of the first,
+// mid-stream: each stream completes with the same text on the re-placed
+// pipeline. The stages fetch only their part of the files.
 func TestProcessesPipeline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process real-engine pipeline")
@@ -138,27 +139,32 @@ func TestProcessesPipeline(t *testing.T) {
 		"--fast-timeouts", "--log-level", "debug")
 	join := coord.fields["gossip"]
 	workers := map[string]*proc{}
-	for i := 1; i <= 5; i++ {
-		name := fmt.Sprintf("w%d", i)
+	for i := 0; i <= 6; i++ {
+		// src holds the files (the model's source node) but has no room
+		// for a stage; w1..w6 are three stages and three spares.
+		name, lim := fmt.Sprintf("w%d", i), limit
+		if i == 0 {
+			name, lim = "src", 1<<20
+		}
 		workers[name] = start(t, "worker", "worker", "--name", name, "--join", join, "--gossip", "127.0.0.1:0",
 			"--backend", "cpu", "--threads", "1", "--slots", "2", "--model-store", "127.0.0.1:0",
-			"--data-dir", filepath.Join(dir, name), "--memory-limit", fmt.Sprint(limit), "--fast-timeouts", "--log-level", "debug")
+			"--data-dir", filepath.Join(dir, name), "--memory-limit", fmt.Sprint(lim), "--fast-timeouts", "--log-level", "debug")
 	}
 	// The reference: the same model whole on one worker without a limit.
 	start(t, "worker", "worker", "--name", "whole", "--join", join, "--gossip", "127.0.0.1:0",
 		"--backend", "cpu", "--threads", "1", "--slots", "2", "--model", modelDir, "--model-name", "whole",
 		"--model-store", "off", "--fast-timeouts")
 	base := "http://" + coord.fields["http"]
-	waitStatus(t, base, func(s string) bool { return strings.Count(s, `"role":"worker"`) == 6 && strings.Contains(s, `"ready":true`) })
-	out, err := exec.Command(binary, "models", "add", modelDir, "--name", "tiny", "--node", "w1", "--coordinator", coord.fields["http"]).CombinedOutput()
+	waitStatus(t, base, func(s string) bool { return strings.Count(s, `"role":"worker"`) == 8 && strings.Contains(s, `"ready":true`) })
+	out, err := exec.Command(binary, "models", "add", modelDir, "--name", "tiny", "--node", "src", "--coordinator", coord.fields["http"]).CombinedOutput()
 	if err != nil {
 		t.Fatalf("models add: %v\n%s", err, out)
 	}
 	m := pipelineUp(t, base, "tiny", 0, 90*time.Second)
 	t.Logf("placed: epoch %d, stages %+v", m.Epoch, m.Stages)
 	for _, s := range m.Stages {
-		if s.Worker == "whole" {
-			t.Fatalf("the reference worker got a stage: %+v", m.Stages)
+		if s.Worker == "whole" || s.Worker == "src" {
+			t.Fatalf("the reference or the source worker got a stage: %+v", m.Stages)
 		}
 	}
 	// models ls and status show the stages.
@@ -170,15 +176,12 @@ func TestProcessesPipeline(t *testing.T) {
 	if err != nil || !strings.Contains(string(stOut), "pipeline tiny: "+m.Stages[0].Worker+" [0,") {
 		t.Errorf("status: %v\n%s", err, stOut)
 	}
-	// Only the source worker has the files whole: each other stage holds
+	// Only the source worker has the files whole: each stage holds
 	// exactly the chunks that overlap its tensors' ranges (sparse files).
 	if m.Layout == nil || m.Layout.Ranges == nil {
 		t.Fatalf("no layout with ranges in the registry: %+v", m.ModelSpec)
 	}
 	for _, s := range m.Stages {
-		if s.Worker == "w1" {
-			continue
-		}
 		f := filepath.Join(dir, s.Worker, "models", "tiny.partial", "model.safetensors")
 		var st syscall.Stat_t
 		if err := syscall.Stat(f, &st); err != nil {
@@ -231,10 +234,10 @@ func TestProcessesPipeline(t *testing.T) {
 		}
 	}
 
-	// kill -9 a stage mid-stream: the middle one, then (on the re-placed
-	// pipeline) the last one.
-	for _, which := range []string{"middle", "last"} {
-		idx := map[string]int{"middle": 1, "last": 2}[which]
+	// kill -9 a stage mid-stream: the middle one, then (each time on the
+	// re-placed pipeline) the last one and the first one.
+	for _, which := range []string{"middle", "last", "first"} {
+		idx := map[string]int{"first": 0, "middle": 1, "last": 2}[which]
 		victim := m.Stages[idx].Worker
 		failovers := strings.Count(coord.stderr(), "failing over")
 		var killed time.Time
