@@ -37,9 +37,8 @@ func startPipeline(t testing.TB, secret *cluster.Secret, path string, opts engin
 // configuration before it joins.
 func startPipelineWith(t testing.TB, secret *cluster.Secret, path string, opts engine.Options, stages []engine.Stage, epoch uint64, rc runner.Config, edit func(i int, mc *MemberConfig)) *testPipeline {
 	t.Helper()
-	tp := &testPipeline{}
-	plan := Plan{Model: "m", Epoch: epoch}
-	for i, st := range stages {
+	var models []*engine.Model
+	for _, st := range stages {
 		o := opts
 		o.Stage = st
 		m, err := engine.Load(path, o)
@@ -47,7 +46,18 @@ func startPipelineWith(t testing.TB, secret *cluster.Secret, path string, opts e
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { m.Close() })
-		tp.models = append(tp.models, m)
+		models = append(models, m)
+	}
+	return joinPipeline(t, secret, models, epoch, rc, edit)
+}
+
+// joinPipeline starts a server per stage model and joins the members of
+// plan epoch of model "m".
+func joinPipeline(t testing.TB, secret *cluster.Secret, models []*engine.Model, epoch uint64, rc runner.Config, edit func(i int, mc *MemberConfig)) *testPipeline {
+	t.Helper()
+	tp := &testPipeline{models: models}
+	plan := Plan{Model: "m", Epoch: epoch}
+	for i, m := range models {
 		name := fmt.Sprintf("w%d-e%d", i, epoch)
 		srv, err := NewServer(ServerConfig{Addr: "127.0.0.1:0", Transport: nodeConfig(t, secret, name)})
 		if err != nil {

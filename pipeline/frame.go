@@ -2,9 +2,13 @@
 // (engine.Model.ForwardStage). It carries the batches from one stage's worker
 // to the next: length-prefixed frames of a batch's sequences and hidden
 // states over TCP with mutual TLS against the cluster CA
-// (cluster.Secret.NodeTLS), one long-lived connection per stage boundary;
-// and it places the stages (Place, place.go): workers' free memory →
-// contiguous layer ranges.
+// (cluster.Secret.NodeTLS), one long-lived connection per stage boundary,
+// the last stage's leading back to the first; it places the stages (Place,
+// place.go): workers' free memory → contiguous layer ranges; and it runs
+// them (server.go, member.go, head.go): a worker's Server takes its
+// neighbours' connections, a Member is its stage of a Plan, and stage 0's
+// Head serves the model's jobs with a runner whose forward passes go round
+// the stages (docs/engine.md, "Pipeline execution").
 //
 // Why not NATS, which carries everything else: a hidden-state frame is large
 // (a 512-token prefill chunk of a 4096-wide model is 8 MiB, past NATS' 1 MiB

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/job"
@@ -152,7 +153,10 @@ func (h *Head) receive(in *Conn) error {
 		ch := h.waiting[f.Batch]
 		h.mu.Unlock()
 		if ch == nil {
-			return fmt.Errorf("%v frame for batch %d, which waits for none", f.Kind, f.Batch)
+			// Its waiter gave up (a cancelled attach): the stages are
+			// still in step, the answer is only late.
+			h.m.log.Debug("pipeline answer nobody waits for", "kind", f.Kind, "batch", f.Batch)
+			continue
 		}
 		ch <- f
 	}
@@ -187,7 +191,9 @@ func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 		f.Payload = b
 	}
 	h.compute.Lock()
+	t0 := time.Now()
 	out, err := h.m.cfg.Model.ForwardStage(ctx, seqs, nil)
+	h.m.busy(t0)
 	h.compute.Unlock()
 	if err != nil {
 		return nil, nil, err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/macpool/macpool/engine"
@@ -111,6 +112,9 @@ type Member struct {
 
 	head *Head
 	pool *engine.KVPool // this stage's KV pool (nil: per-sequence caches)
+
+	passes       atomic.Int64
+	computeNanos atomic.Int64
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -459,7 +463,9 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 		sts[i] = st
 		es[i] = engine.Seq{Cache: st.cache, Tokens: s.Tokens, PromptEnd: s.PromptEnd, AllLogits: s.AllLogits, Greedy: s.Greedy && !s.Sample}
 	}
+	t0 := time.Now()
 	out, err := m.cfg.Model.ForwardStage(ctx, es, f.Hidden)
+	m.busy(t0)
 	if err != nil {
 		return nil, err
 	}
@@ -502,6 +508,25 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 		res.Seqs = append(res.Seqs, r)
 	}
 	return res, nil
+}
+
+// MemberStats are a member's counters.
+type MemberStats struct {
+	// Passes is the forward passes the stage ran; Compute the time they
+	// took (its layers only: busy time, beside the wall time the share
+	// of it the stage worked).
+	Passes  int64
+	Compute time.Duration
+}
+
+// Stats returns the member's counters.
+func (m *Member) Stats() MemberStats {
+	return MemberStats{Passes: m.passes.Load(), Compute: time.Duration(m.computeNanos.Load())}
+}
+
+func (m *Member) busy(t0 time.Time) {
+	m.passes.Add(1)
+	m.computeNanos.Add(int64(time.Since(t0)))
 }
 
 // Close leaves the pipeline: the member's connections close (its
