@@ -83,7 +83,7 @@ func FuzzStreamFrame(f *testing.F) {
 	}
 	f.Cleanup(func() { ml.Kill() })
 	f.Fuzz(func(t *testing.T, kind byte, p1, p2 []byte, attempts uint8) {
-		c := &Coordinator{ml: ml}
+		c := &Coordinator{ml: ml, fsm: newFSM()}
 		s := &stream{c: c, id: "j", model: "m", worker: "w1", next: 1, resumable: true, attempts: int(attempts % 4),
 			job: &job.Job{Kind: job.KindChat}, notify: make(chan struct{}, 1)}
 		c.streams.Store("j", s)
