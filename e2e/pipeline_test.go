@@ -139,9 +139,9 @@ func TestProcessesPipeline(t *testing.T) {
 		"--fast-timeouts", "--log-level", "debug")
 	join := coord.fields["gossip"]
 	workers := map[string]*proc{}
-	for i := 0; i <= 6; i++ {
+	for i := 0; i <= 7; i++ {
 		// src holds the files (the model's source node) but has no room
-		// for a stage; w1..w6 are three stages and three spares.
+		// for a stage; w1..w7 are three stages and four spares.
 		name, lim := fmt.Sprintf("w%d", i), limit
 		if i == 0 {
 			name, lim = "src", 1<<20
@@ -155,7 +155,9 @@ func TestProcessesPipeline(t *testing.T) {
 		"--backend", "cpu", "--threads", "1", "--slots", "2", "--model", modelDir, "--model-name", "whole",
 		"--model-store", "off", "--fast-timeouts")
 	base := "http://" + coord.fields["http"]
-	waitStatus(t, base, func(s string) bool { return strings.Count(s, `"role":"worker"`) == 8 && strings.Contains(s, `"ready":true`) })
+	waitStatus(t, base, func(s string) bool {
+		return strings.Count(s, `"role":"worker"`) == 9 && strings.Contains(s, `"ready":true`)
+	})
 	out, err := exec.Command(binary, "models", "add", modelDir, "--name", "tiny", "--node", "src", "--coordinator", coord.fields["http"]).CombinedOutput()
 	if err != nil {
 		t.Fatalf("models add: %v\n%s", err, out)
@@ -235,22 +237,40 @@ func TestProcessesPipeline(t *testing.T) {
 	}
 
 	// kill -9 a stage mid-stream: the middle one, then (each time on the
-	// re-placed pipeline) the last one and the first one.
-	for _, which := range []string{"middle", "last", "first"} {
-		idx := map[string]int{"first": 0, "middle": 1, "last": 2}[which]
+	// re-placed pipeline) the last one and the first one; then drain the
+	// middle one (macpool drain) mid-stream.
+	for _, which := range []string{"middle", "last", "first", "drained middle"} {
+		idx := map[string]int{"first": 0, "middle": 1, "last": 2, "drained middle": 1}[which]
 		victim := m.Stages[idx].Worker
 		failovers := strings.Count(coord.stderr(), "failing over")
 		var killed time.Time
+		drained := make(chan error, 1)
 		got := streamText(t, client.Chat.Completions.NewStreaming(ctx, params("tiny", true)), func(chunks int) {
-			if chunks == 8 {
-				killed = time.Now()
-				workers[victim].cmd.Process.Signal(syscall.SIGKILL)
+			if chunks != 8 {
+				return
 			}
+			killed = time.Now()
+			if which != "drained middle" {
+				workers[victim].cmd.Process.Signal(syscall.SIGKILL)
+				return
+			}
+			go func() {
+				out, err := exec.Command(binary, "drain", victim, "--coordinator", coord.fields["http"]).CombinedOutput()
+				if err != nil {
+					err = fmt.Errorf("%v: %s", err, out)
+				}
+				drained <- err
+			}()
 		})
+		if which == "drained middle" {
+			if err := <-drained; err != nil {
+				t.Fatalf("macpool drain %s: %v", victim, err)
+			}
+		}
 		if killed.IsZero() {
 			t.Fatalf("%s: the stream ended before the kill", which)
 		}
-		t.Logf("killed the %s stage %s mid-stream; the stream finished %v later", which, victim, time.Since(killed).Round(time.Millisecond))
+		t.Logf("%s stage %s stopped mid-stream (kill -9 or drain); the stream finished %v later", which, victim, time.Since(killed).Round(time.Millisecond))
 		if got != want[true] {
 			t.Fatalf("%s stage killed: text\n got %q\nwant %q", which, got, want[true])
 		}

@@ -274,34 +274,45 @@ func (w *Worker) servedModels() []string {
 // placedEngine routes a job to the engine of its model.
 type placedEngine struct{ w *Worker }
 
-func (e placedEngine) engine(model string) (Engine, error) {
+// engine is the engine of model and, for a placed model, its install
+// (nil for a static model).
+func (e placedEngine) engine(model string) (Engine, *placedModel, error) {
 	p := &e.w.placed
 	if slices.Contains(e.w.cfg.Models, model) && p.static != nil {
-		return p.static, nil
+		return p.static, nil, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pm, ok := p.models[model]; ok && pm.eng != nil {
-		return pm.eng, nil
+		return pm.eng, pm, nil
 	}
-	return nil, openai.Unavailable("model %s is not loaded on worker %s", model, e.w.cfg.Name)
+	return nil, nil, openai.Unavailable("model %s is not loaded on worker %s", model, e.w.cfg.Name)
+}
+
+// lost passes err on, after unloading pm when its engine was lost
+// (stages.go): the install that ran the job, not a newer one of the model.
+func (e placedEngine) lost(pm *placedModel, err error) error {
+	if pm != nil && errors.Is(err, ErrEngineLost) {
+		e.w.engineLost(pm)
+	}
+	return err
 }
 
 func (e placedEngine) Generate(ctx context.Context, job *job.Job, emit func(*job.Event) error) error {
-	eng, err := e.engine(job.Model)
+	eng, pm, err := e.engine(job.Model)
 	if err != nil {
 		return err
 	}
-	return eng.Generate(ctx, job, emit)
+	return e.lost(pm, eng.Generate(ctx, job, emit))
 }
 
 func (e placedEngine) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error {
-	eng, err := e.engine(j.Model)
+	eng, pm, err := e.engine(j.Model)
 	if err != nil {
 		return err
 	}
 	if re, ok := eng.(ResumeEngine); ok {
-		return re.GenerateResume(ctx, j, r, emit)
+		return e.lost(pm, re.GenerateResume(ctx, j, r, emit))
 	}
 	if r != nil {
 		return openai.Unavailable("worker %s cannot resume a generation of %s (its engine reports no token ids)", e.w.cfg.Name, j.Model)

@@ -63,22 +63,25 @@ func advertised(addr, gossip string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// engineLost stops model's placed engine from taking jobs (its pipeline
+// engineLost stops the placed engine of pm from taking jobs (its pipeline
 // broke) and unloads it; the model is installed again with its next plan.
-func (w *Worker) engineLost(model string) {
+// An install already replaced by a newer plan's (being unloaded) stays
+// as it is: the newer one is not touched.
+func (w *Worker) engineLost(pm *placedModel) {
 	p := &w.placed
 	p.mu.Lock()
-	pm, ok := p.models[model]
+	cur, ok := p.models[pm.name]
+	ok = ok && cur == pm
 	if ok {
-		delete(p.models, model)
-		p.lost[model] = pm.key
+		delete(p.models, pm.name)
+		p.lost[pm.name] = pm.key
 	}
 	p.mu.Unlock()
 	if !ok {
 		return
 	}
 	w.loadChanged() // stop advertising it at once
-	w.log.Info("pipelined model lost a stage; waiting for its new plan", "model", model, "assignment", pm.key)
+	w.log.Info("pipelined model lost a stage; waiting for its new plan", "model", pm.name, "assignment", pm.key)
 	// Off the job's goroutine: unload waits for the pull loops, one of
 	// which runs this job.
 	go w.unload(pm)

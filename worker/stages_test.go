@@ -1,6 +1,9 @@
 package worker
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"testing"
 
 	"github.com/macpool/macpool/api/admin"
@@ -73,5 +76,32 @@ func TestMemoryLimitGossiped(t *testing.T) {
 	cfg.MemoryLimit = -1
 	if _, err := New(cfg); err == nil {
 		t.Error("a negative memory limit was accepted")
+	}
+}
+
+// TestEngineLostOnlyItsInstall: a job of an old plan's engine that fails
+// with ErrEngineLost after the model's newer plan was installed unloads
+// only the old install; the newer one keeps serving (seen in e2e: a drained
+// middle stage broke the old epoch's pipeline after the new one was up).
+func TestEngineLostOnlyItsInstall(t *testing.T) {
+	w := &Worker{changed: make(chan struct{}, 1), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w.placed.models, w.placed.lost = map[string]*placedModel{}, map[string]string{}
+	install := func(key string) *placedModel {
+		_, cancel := context.WithCancel(context.Background())
+		pm := &placedModel{name: "m", key: key, cancel: cancel, done: make(chan struct{}), eng: &TestEngine{}, closeEng: func() error { return nil }}
+		close(pm.done)
+		return pm
+	}
+	old, cur := install("plan 4"), install("plan 5")
+	w.placed.models["m"] = cur
+	w.engineLost(old)
+	if w.placed.models["m"] != cur || w.placed.lost["m"] != "" {
+		t.Fatalf("an old install's lost engine unloaded the new one: models %v lost %v", w.placed.models, w.placed.lost)
+	}
+	w.engineLost(cur)
+	w.placed.mu.Lock()
+	defer w.placed.mu.Unlock()
+	if _, ok := w.placed.models["m"]; ok || w.placed.lost["m"] != "plan 5" {
+		t.Fatalf("the current install's lost engine: models %v lost %v, want it gone until another plan", w.placed.models, w.placed.lost)
 	}
 }

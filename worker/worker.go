@@ -524,10 +524,10 @@ func (w *Worker) runJob(ctx context.Context, nc *nats.Conn, msg jetstream.Msg) {
 		send(cluster.FrameEnd, nil)
 	case errors.Is(err, ErrEngineLost) && jctx.Err() == nil:
 		// A pipeline stage of the model died: no fault of the job. The
-		// model stops taking jobs here until its new plan runs, and the
-		// coordinator resumes the job from the client's tokens (stages.go).
+		// model stopped taking jobs here until its new plan runs
+		// (placedEngine.lost), and the coordinator resumes the job from
+		// the client's tokens (stages.go).
 		log.Info("engine lost; handing job back", "err", err)
-		w.engineLost(j.Model)
 		send(cluster.FrameHandoff, []byte(w.cfg.Name))
 	case jctx.Err() != nil && (w.drain.handoff.Load() || ctx.Err() != nil):
 		// drain: stopped by a drain deadline or a shutdown; the
