@@ -122,10 +122,11 @@ type Member struct {
 
 // Membership is this node's view of the cluster, kept by memberlist.
 type Membership struct {
-	cfg  Config
-	log  *slog.Logger
-	ml   *memberlist.Memberlist
-	addr string
+	cfg     Config
+	log     *slog.Logger
+	ml      *memberlist.Memberlist
+	addr    string
+	started int64 // unix seconds: every Meta gossiped carries it (Meta.Started)
 
 	mu      sync.RWMutex
 	meta    []byte
@@ -170,8 +171,9 @@ func New(cfg Config) (*Membership, error) {
 		left:    map[string]bool{},
 		subs:    map[chan struct{}]struct{}{},
 		wake:    make(chan struct{}, 1),
+		started: time.Now().Unix(),
 	}
-	m.meta, _ = cfg.Meta.Encode()
+	m.meta, _ = m.stamp(cfg.Meta).Encode()
 	known, err := loadPeers(cfg.PeersFile)
 	if err != nil {
 		return nil, err
@@ -261,7 +263,7 @@ func (m *Membership) Name() string { return m.cfg.Name }
 
 // UpdateMeta replaces this node's metadata and gossips it.
 func (m *Membership) UpdateMeta(meta Meta) error {
-	b, err := meta.Encode()
+	b, err := m.stamp(meta).Encode()
 	if err != nil {
 		return err
 	}
@@ -272,6 +274,14 @@ func (m *Membership) UpdateMeta(meta Meta) error {
 		return fmt.Errorf("membership: update meta: %w", err)
 	}
 	return nil
+}
+
+// stamp sets the start time of meta unless its node set its own.
+func (m *Membership) stamp(meta Meta) Meta {
+	if meta.Started == 0 {
+		meta.Started = m.started
+	}
+	return meta
 }
 
 // Members returns the live members, sorted by name (this node included).

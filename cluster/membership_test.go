@@ -44,6 +44,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 func TestMembershipJoinUpdateLeaveFail(t *testing.T) {
+	start0 := time.Unix(time.Now().Unix(), 0) // Started has a resolution of seconds
 	a := newMember(t, "a", RoleCoordinator)
 	b := newMember(t, "b", RoleWorker, a.Addr())
 	c := newMember(t, "c", RoleWorker, a.Addr())
@@ -57,6 +58,11 @@ func TestMembershipJoinUpdateLeaveFail(t *testing.T) {
 		m, ok := a.Member("b")
 		return ok && m.Meta.Running == 2 && m.Meta.Serves("m")
 	})
+	// Every node's meta carries its start time (uptime), kept across
+	// updates that do not set it.
+	if m, _ := a.Member("b"); m.Meta.Started < start0.Unix() || m.Meta.Started > time.Now().Unix() {
+		t.Errorf("b's start time %d, want within [%d, now]", m.Meta.Started, start0.Unix())
+	}
 
 	// Graceful leave.
 	start := time.Now()

@@ -27,6 +27,9 @@ const MetaMaxSize = 512
 type Meta struct {
 	Role    string `json:"r"`
 	Version string `json:"v,omitempty"`
+	// Started is when the node's membership started (unix seconds), for
+	// its uptime; Membership fills it in.
+	Started int64 `json:"st,omitempty"`
 	// Hardware.
 	Chip     string `json:"c,omitempty"`
 	Cores    int    `json:"n,omitempty"`

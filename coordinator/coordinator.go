@@ -108,7 +108,10 @@ type Config struct {
 	// NoPrefixRouting turns off offering jobs to the worker that holds
 	// their longest prefix (routing.go); every job goes to the queue.
 	NoPrefixRouting bool
-	// Metrics, if set, records the queue wait of every job (nil-safe).
+	// Metrics, if set, records the queue wait of every job (nil-safe);
+	// Status reports its recent view (failed requests, rates, queue wait),
+	// so the service handed to the HTTP layer should be instrumented with
+	// the same registry (Registry.Instrument, as cmd/macpool does).
 	Metrics *metrics.Registry
 	// Secret, if set, is the cluster secret (docs/security.md): gossip is
 	// encrypted with it, the embedded NATS servers require mutual TLS and
@@ -213,10 +216,11 @@ type Coordinator struct {
 	ensured  sync.Map // model -> int: stream and consumer exist with this many replicas
 	ensureMu sync.Mutex
 
-	keyStreams keyStreams // open streams per API key (keys_limit.go)
-	models     modelState // model install progress, placement tombstones (models.go)
-	routes     router     // workers' prefix summaries (routing.go)
-	keyUse     keyUse     // last use of API keys (keys.go)
+	keyStreams keyStreams    // open streams per API key (keys_limit.go)
+	models     modelState    // model install progress, placement tombstones (models.go)
+	routes     router        // workers' prefix summaries (routing.go)
+	reports    workerReports // the same summaries for Status (status.go)
+	keyUse     keyUse        // last use of API keys (keys.go)
 	// leadSince is when this node last became the Raft leader (unix ns;
 	// restart.go: placement grace).
 	leadSince atomic.Int64
@@ -555,6 +559,8 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	go func() { defer c.loops.Done(); c.touchLoop(c.stopCtx) }() // keys.go
 	c.loops.Add(1)
 	go func() { defer c.loops.Done(); c.routeLoop(c.stopCtx) }() // routing.go
+	c.loops.Add(1)
+	go func() { defer c.loops.Done(); c.reportLoop(c.stopCtx) }() // status.go
 	c.loops.Add(1)
 	go func() { defer c.loops.Done(); c.modelsLoop(c.stopCtx) }() // models.go
 	select {

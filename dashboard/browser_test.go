@@ -150,9 +150,7 @@ func TestBrowser(t *testing.T) {
 		reg.AddGeneratedTokens("mac-mini-2", "qwen3-0.6b", 15)
 		reg.ObserveTTFT("qwen3-8b", 300*time.Millisecond)      // bucket (0.25, 0.5]: p50 interpolates to 375 ms
 		reg.ObserveInterToken("qwen3-8b", 20*time.Millisecond) // bucket (0.01, 0.02]: p50 15 ms
-		if scrapes.Add(1) == 4 {
-			reg.Error("worker_failed")
-		}
+		scrapes.Add(1)
 		reg.Handler().ServeHTTP(w, r)
 	})
 
@@ -173,54 +171,8 @@ func TestBrowser(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox, // root in CI containers
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 1100),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-
-	start := time.Now()
-	// The first call starts the browser and must not carry a timeout (it
-	// would end the browser); later steps are bounded.
-	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/dashboard")); err != nil {
-		t.Fatalf("start Chromium and open the dashboard: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(bctx, 40*time.Second)
-	defer cancel()
-	do := func(name string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v (after %v)", name, err, time.Since(start))
-		}
-	}
-	poll := func(name, expr string) {
-		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr)); err != nil {
-			t.Fatalf("wait for %s: %v (after %v)", name, err, time.Since(start))
-		}
-	}
-	// text reads an element's text in one evaluation: the page re-renders
-	// its tables on every poll, so a node found by one DevTools call can be
-	// gone by the next.
-	text := func(sel string) string {
-		t.Helper()
-		q, _ := json.Marshal(sel)
-		s, err := chromedp.Run(ctx, chromedp.Poll[string](`(() => {
-			const e = document.querySelector(`+string(q)+`);
-			return e === null ? null : e.innerText; })()`))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return s
-	}
+	b := openBrowser(t, chromium, srv.URL+"/dashboard", 40*time.Second)
+	ctx, do, poll, text := b.ctx, b.do, b.poll, b.text
 
 	// Live nodes.
 	do("node rows", chromedp.WaitVisible(chromedp.CSS(`tr[data-node="mac-studio-1"]`)))
@@ -248,10 +200,49 @@ func TestBrowser(t *testing.T) {
 	if m := text(`tr[data-model="qwen3-8b"]`); !strings.Contains(m, "mac-mini-2: fetching 25% (peers)") || strings.Contains(m, "mac-studio-1: ready") {
 		t.Errorf("model row %q lacks the install progress of mac-mini-2 (only)", m)
 	}
-	poll("error counter from metrics", `document.getElementById('errors').textContent.includes('worker_failed')`)
 	if placement := text(`tr[data-model="qwen3-0.6b"]`); !strings.Contains(placement, "mac-mini-2") ||
-		!strings.Contains(placement, "gguf") || !strings.Contains(placement, "0 / 4") {
-		t.Errorf("placement row %q lacks mac-mini-2, gguf, 0 / 4", placement)
+		!strings.Contains(placement, "gguf") || !strings.Contains(placement, "0 / 4") || !strings.Contains(placement, "610 MB") {
+		t.Errorf("placement row %q lacks mac-mini-2, gguf, 0 / 4, 610 MB", placement)
+	}
+	// What the worker reports of the model wins over the registry entry.
+	if m := text(`tr[data-model="qwen3-8b"]`); !strings.Contains(m, "mlx · 4bit") || !strings.Contains(m, "4.3 GB") ||
+		!strings.Contains(m, "41k tokens") || !strings.Contains(m, "mac-studio-1") {
+		t.Errorf("model row %q lacks mlx · 4bit, 4.3 GB, 41k tokens, mac-studio-1", m)
+	}
+	// Pipeline stages, when a model's status has them, replace the worker list.
+	if m := text(`tr[data-model="qwen3-32b"] td.placement`); !strings.Contains(m, "mac-studio-1 layers 0–39") || !strings.Contains(m, "mac-mini-2 layers 40–63") {
+		t.Errorf("stages %q, want mac-studio-1 layers 0–39 and mac-mini-2 layers 40–63", m)
+	}
+	if v := text(`tr[data-node="office-coord"] td.ver`); !strings.Contains(v, "v0.9.1") || !strings.Contains(v, "up 2 h 0 min") {
+		t.Errorf("coordinator version/uptime %q, want v0.9.1, up 2 h 0 min", v)
+	}
+	if v := text(`tr[data-node="mac-mini-2"] td.ver`); !strings.Contains(v, "v0.9.0") || !strings.Contains(v, "uptime unknown") {
+		t.Errorf("mac-mini-2 version/uptime %q, want v0.9.0, uptime unknown", v)
+	}
+	if kv := text(`tr[data-node="mac-studio-1"] td.kv`); !strings.Contains(kv, "33k / 131k tokens") || !strings.Contains(kv, "4.5 GB / 18.0 GB") {
+		t.Errorf("KV cache free %q, want 33k / 131k tokens, 4.5 GB / 18.0 GB", kv)
+	}
+	for id, want := range map[string]string{"sum-rate": "42.0", "sum-errrate": "5.0", "sum-cancelrate": "2.0", "sum-qwait": "13 ms / 840 ms"} {
+		if got := text("#" + id); got != want {
+			t.Errorf("#%s got %q, want %q", id, got, want)
+		}
+	}
+	if sec := text(`#security`); !strings.Contains(sec, "cluster encrypted") || !strings.Contains(sec, "API keys required (3 stored)") {
+		t.Errorf("security %q", sec)
+	}
+	// The coordinator's recent errors, newest first, every value as text:
+	// the model name that is an <img> tag must not become one.
+	errs := text(`#errors`)
+	i499, i404, i503 := strings.Index(errs, "499"), strings.Index(errs, "404"), strings.Index(errs, "503")
+	if i499 < 0 || i404 < i499 || i503 < i404 || !strings.Contains(errs, "model_not_found") ||
+		!strings.Contains(errs, "the client went away") || !strings.Contains(errs, "worker mac-mini-2 failed mid-stream") {
+		t.Errorf("recent errors %q, want 499, 404, 503 in that order with their messages", errs)
+	}
+	if n := eval[int](b, `document.querySelectorAll('#errors img, #errors [onerror]').length`); n != 0 {
+		t.Errorf("the error list made %d elements of a message: not escaped", n)
+	}
+	if !strings.Contains(errs, "<img src=x onerror=alert(1)>") {
+		t.Errorf("recent errors %q lack the model name as text", errs)
 	}
 
 	// Playground: the reply must appear piece by piece, then complete.
@@ -284,18 +275,101 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("service got job %+v, want a streamed chat for qwen3-8b with the one message", job)
 	}
 
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	path := filepath.Join(artifactDir(t), "dashboard.png")
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d bytes), browser steps took %v", path, len(png), time.Since(start))
-
-	cancel()
-	cancelBrowser()
-	cancelAlloc()
+	b.screenshot("dashboard.png")
+	b.close()
 	apiSrv.Close()
+}
+
+// browser is a headless Chromium showing one page, with the steps the
+// browser tests take; every step is bounded by the deadline openBrowser got.
+type browser struct {
+	t     *testing.T
+	ctx   context.Context
+	start time.Time
+	close func()
+}
+
+// openBrowser starts Chromium on url; close (also at the end of the test)
+// stops it.
+func openBrowser(t *testing.T, chromium, url string, limit time.Duration) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.NoSandbox, // root in CI containers
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1100),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	b := &browser{t: t, start: time.Now()}
+	// The first call starts the browser and must not carry a timeout (it
+	// would end the browser); later steps are bounded.
+	if err := chromedp.Do(bctx, chromedp.Navigate(url)); err != nil {
+		cancelBrowser()
+		cancelAlloc()
+		t.Fatalf("start Chromium and open the dashboard: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, limit)
+	var once sync.Once
+	b.ctx = ctx
+	b.close = func() { once.Do(func() { cancel(); cancelBrowser(); cancelAlloc() }) }
+	t.Cleanup(b.close)
+	return b
+}
+
+func (b *browser) do(name string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v (after %v)", name, err, time.Since(b.start))
+	}
+}
+
+// poll waits until the JavaScript expression is truthy.
+func (b *browser) poll(name, expr string) {
+	b.t.Helper()
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[chromedp.Void](expr)); err != nil {
+		b.t.Fatalf("wait for %s: %v (after %v)", name, err, time.Since(b.start))
+	}
+}
+
+// text reads an element's text in one evaluation: the page re-renders
+// its tables on every poll, so a node found by one DevTools call can be
+// gone by the next.
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	q, _ := json.Marshal(sel)
+	s, err := chromedp.Run(b.ctx, chromedp.Poll[string](`(() => {
+		const e = document.querySelector(`+string(q)+`);
+		return e === null ? null : e.innerText; })()`))
+	if err != nil {
+		b.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return s
+}
+
+// eval evaluates a JavaScript expression.
+func eval[T any](b *browser, expr string) T {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// screenshot saves the page into artifactDir.
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(artifactDir(b.t), name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot: %s (%d bytes), browser steps took %v", path, len(png), time.Since(b.start))
 }

@@ -1,11 +1,17 @@
 // Package dashboard is the coordinator's web page: the cluster's nodes
-// (hardware, models, load, tokens/s), models and their placement, queues,
-// recent errors, and a chat playground that streams from the OpenAI API.
+// (hardware, version, uptime, models, slots busy, KV cache free, tokens/s,
+// a drain button per worker), models (size, quantization, context,
+// placement), queues, queue wait, request and error rates, how the cluster
+// is secured, the recent failed requests, and a chat playground that
+// streams from the OpenAI API.
 //
 // The page is static HTML, JavaScript and CSS embedded in the binary (no
-// build step). It polls the coordinator's status endpoint and the Prometheus
-// exposition (for tokens/s and error counters) once a second; all of it runs
-// in the browser, so the handler only serves files.
+// build step, no dependencies). It polls the coordinator's status endpoint
+// (with the API key typed into the page) and the Prometheus exposition (for
+// tokens/s and latency quantiles) once a second; all of it runs in the
+// browser, so the handler only serves files. Every value is put into the
+// page as text, never as HTML: node names, model names and error messages
+// come from the cluster and its clients.
 package dashboard
 
 import (
@@ -37,6 +43,10 @@ type Config struct {
 	// ChatPath and ModelsPath are the OpenAI endpoints of the playground.
 	ChatPath   string
 	ModelsPath string
+	// DrainPath is the admin drain endpoint the page's drain buttons
+	// post to (with the API key typed into the page, which must be an
+	// admin key); "" hides the buttons.
+	DrainPath string
 	// PollInterval is how often the page refreshes.
 	PollInterval time.Duration
 	// Title is shown in the page header.
@@ -52,6 +62,7 @@ func DefaultConfig() Config {
 		MetricsPath:  "/metrics",
 		ChatPath:     "/v1/chat/completions",
 		ModelsPath:   "/v1/models",
+		DrainPath:    "/v1/admin/drain",
 		PollInterval: time.Second,
 		Title:        "macpool",
 	}
@@ -69,6 +80,9 @@ func (c Config) Validate() error {
 	}
 	if c.MetricsPath != "" && !strings.HasPrefix(c.MetricsPath, "/") {
 		return fmt.Errorf("dashboard metrics path %q must start with '/' or be empty", c.MetricsPath)
+	}
+	if c.DrainPath != "" && !strings.HasPrefix(c.DrainPath, "/") {
+		return fmt.Errorf("dashboard drain path %q must start with '/' or be empty", c.DrainPath)
 	}
 	if c.PollInterval < 100*time.Millisecond {
 		return fmt.Errorf("dashboard poll interval %v must be at least 100ms", c.PollInterval)

@@ -13,7 +13,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// TestBrowserCluster's in-process cluster: process-wide singletons
+		// of the libraries, and memberlist's probe that Shutdown does not
+		// wait for (as in the coordinator's tests).
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+		goleak.IgnoreAnyFunction("github.com/hashicorp/raft.(*NetworkTransport).listen"),
+		goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"),
+	)
 }
 
 func TestValidate(t *testing.T) {
@@ -26,6 +33,8 @@ func TestValidate(t *testing.T) {
 		{"prefix slash", func(c *Config) { c.Prefix = "/dashboard/" }, `dashboard prefix "/dashboard/" must start with '/' and not end with '/'`},
 		{"relative status", func(c *Config) { c.StatusPath = "status" }, `dashboard status path "status" must start with '/'`},
 		{"relative metrics", func(c *Config) { c.MetricsPath = "metrics" }, `dashboard metrics path "metrics" must start with '/' or be empty`},
+		{"relative drain", func(c *Config) { c.DrainPath = "drain" }, `dashboard drain path "drain" must start with '/' or be empty`},
+		{"no drain", func(c *Config) { c.DrainPath = "" }, ""},
 		{"no metrics", func(c *Config) { c.MetricsPath = "" }, ""},
 		{"fast poll", func(c *Config) { c.PollInterval = 10 * time.Millisecond }, "dashboard poll interval 10ms must be at least 100ms"},
 	}

@@ -50,6 +50,7 @@ func (s *instrumented) Submit(ctx context.Context, job *job.Job) (job.Stream, er
 	if err != nil {
 		e := asError(err)
 		s.r.ObserveRequest(job.Model, job.Kind, e.HTTPStatus(), s.now().Sub(start))
+		s.r.finished(job.Model, job.Kind, e.HTTPStatus(), e)
 		s.r.Error(errorKind(e))
 		return nil, err
 	}
@@ -67,9 +68,10 @@ type instrumentedStream struct {
 
 	mu       sync.Mutex
 	worker   string
-	last     time.Time // previous token event
-	counted  int       // token events counted before usage arrived
-	status   int       // 0 until the outcome is known
+	last     time.Time     // previous token event
+	counted  int           // token events counted before usage arrived
+	status   int           // 0 until the outcome is known
+	err      *openai.Error // the error that set status, if any
 	recorded bool
 }
 
@@ -91,7 +93,7 @@ func (t *instrumentedStream) Recv(ctx context.Context) (*job.Event, error) {
 				t.status = 499 // client went away
 			} else {
 				e := asError(err)
-				t.status = e.HTTPStatus()
+				t.status, t.err = e.HTTPStatus(), e
 				r.Error(errorKind(e))
 			}
 		}
@@ -100,7 +102,7 @@ func (t *instrumentedStream) Recv(ctx context.Context) (*job.Event, error) {
 			t.worker = ev.Worker
 		}
 		if ev.Err != nil {
-			t.status = ev.Err.HTTPStatus()
+			t.status, t.err = ev.Err.HTTPStatus(), ev.Err
 			kind := errorKind(ev.Err)
 			if t.status == http.StatusServiceUnavailable && t.counted > 0 {
 				// Mid-stream, after the coordinator's failovers (which it
@@ -158,6 +160,7 @@ func (t *instrumentedStream) record(now time.Time) {
 	}
 	t.recorded = true
 	t.s.r.ObserveRequest(t.job.Model, t.job.Kind, t.status, now.Sub(t.start))
+	t.s.r.finished(t.job.Model, t.job.Kind, t.status, t.err)
 }
 
 func asError(err error) *openai.Error {
@@ -176,6 +179,7 @@ func (r *Registry) ObserveRejected(kind string, e *openai.Error) {
 		return
 	}
 	r.ObserveRequest(UnknownModel, kind, e.HTTPStatus(), 0)
+	r.finished("", kind, e.HTTPStatus(), e)
 	r.Error(errorKind(e))
 }
 

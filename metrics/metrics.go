@@ -54,6 +54,10 @@ type Registry struct {
 	hooks  []func(context.Context)
 	leader string
 
+	// recent is the recent view (recent.go); now its clock.
+	recent recent
+	now    func() time.Time
+
 	requests        *prometheus.CounterVec
 	requestDuration *prometheus.HistogramVec
 	queueDepth      *prometheus.GaugeVec
@@ -74,7 +78,7 @@ type Registry struct {
 // New returns a Registry with all macpool metrics registered, plus the Go
 // runtime and process collectors.
 func New() *Registry {
-	r := &Registry{reg: prometheus.NewRegistry()}
+	r := &Registry{reg: prometheus.NewRegistry(), now: time.Now}
 	r.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "macpool_requests_total",
 		Help: "API requests finished, by model, kind (chat, completion) and HTTP status.",
@@ -230,6 +234,7 @@ func (r *Registry) ObserveQueueWait(model string, d time.Duration) {
 		return
 	}
 	r.queueWait.WithLabelValues(model).Observe(d.Seconds())
+	r.observeWait(d)
 }
 
 // ObserveTTFT records the time from admission to a request's first token.

@@ -307,7 +307,8 @@ func splits(n int) [][]engine.Stage {
 // TestHeadPrefixCache: a prompt served again on a pipeline takes its
 // prefix from the cache of every stage (the head's usage reports it, every
 // stage's pool counts the hit) and generates the same tokens as the whole
-// model; so does another prompt sharing the prefix. For a hybrid model the
+// model; so does another prompt sharing the prefix. The head's routing
+// summary has the whole model's keys. For a hybrid model the
 // prefix ends at the snapshot every stage took. When a later stage has
 // none of the prefix (its prefix cache off), the head attaches none
 // either: nothing is cached and the output is still the whole model's.
@@ -342,6 +343,11 @@ func TestHeadPrefixCache(t *testing.T) {
 					if got[i].cached != want[i].cached {
 						t.Errorf("%d stages, job %d: %d prompt tokens cached, the whole model %d", len(stages), i, got[i].cached, want[i].cached)
 					}
+				}
+				// Cache-aware routing: the head advertises the prefixes it
+				// served, as a worker with the whole model does.
+				if got, want := tp.head.RoutingSummary(64), whole.RoutingSummary(64); len(want.Keys) == 0 || !slices.Equal(got.Keys, want.Keys) || got.Blocks == 0 {
+					t.Errorf("%d stages: routing summary keys %v (%d blocks), the whole model's %v", len(stages), got.Keys, got.Blocks, want.Keys)
 				}
 				for i, m := range tp.members[1:] {
 					if m.pool == nil || m.pool.Stats().Hits == 0 {
@@ -485,5 +491,58 @@ func TestResumeOnFreshPlan(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHeadPreemption: with KV pools too small for the concurrent jobs the
+// head preempts sequences (their blocks go to others, their tokens are
+// recomputed later); the later stages, whose pools are as small, free
+// theirs too, and every job still generates the whole model's tokens.
+func TestHeadPreemption(t *testing.T) {
+	path := filepath.Join("..", "testdata", "hf", "qwen3")
+	rc := fixtureRunner(path, engine.Options{})
+	rc.KVBlockSize, rc.KVBlocks = 16, 24
+	whole, err := runner.New(rc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	V := whole.Model().VocabSize()
+	var jobs []*job.Job
+	for i := range 6 {
+		jobs = append(jobs, completion(randomTokens(60+i, 70, V), 60, func(r *openai.CompletionRequest) { r.Temperature = ptrTo(0.0) }))
+	}
+	want := runAll(t, whole, jobs, false)
+	tp := startPipeline(t, newSecret(t), path, engine.Options{}, splits(3)[1], 300, rc)
+	sameGenerations(t, runAll(t, tp.head, jobs, true), want)
+	if p := tp.head.Runner().Stats().Preemptions; p == 0 {
+		t.Errorf("no preemption: the test needs a pool too small for its jobs")
+	}
+}
+
+// TestCancelledAttach: an attach whose request is cancelled before the
+// last stage answers leaves the pipeline serving (the late answer is
+// dropped, not taken for a broken stage).
+func TestCancelledAttach(t *testing.T) {
+	path := filepath.Join("..", "testdata", "hf", "qwen3")
+	rc := fixtureRunner(path, engine.Options{})
+	tp := startPipeline(t, newSecret(t), path, engine.Options{}, splits(3)[1], 400, rc)
+	V := tp.models[0].VocabSize()
+	if g := runAll(t, tp.head, []*job.Job{completion([]int{1, 2, 3}, 2, nil)}, false); len(g[0].ids[0]) != 2 {
+		t.Fatalf("warm-up job: %v", g[0].ids)
+	}
+	toks := randomTokens(70, 40, V)
+	for i := range 50 {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		id := uint64(1_000_000 + i)
+		if _, err := tp.head.Attach(ctx, id, toks); err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("attach: %v", err)
+		}
+		tp.head.Forget(id)
+	}
+	g := runAll(t, tp.head, []*job.Job{completion(toks, 4, nil)}, false)
+	if len(g[0].ids[0]) != 4 {
+		t.Errorf("job after cancelled attaches: %v", g[0].ids)
 	}
 }

@@ -63,7 +63,8 @@ func (r *Recent) Latest(max int) []uint64 {
 }
 
 // Summary is what a worker advertises about one model's prefix cache: the
-// keys of the requests it served most recently and how much KV room it has.
+// keys of the requests it served most recently and how much KV room it has
+// (and what the model is, which the status shows).
 // Summaries travel over NATS, not gossip: 64 keys are ~1.4 KB, well over
 // memberlist's 512-byte metadata. The engine fills Keys and the KV fields;
 // the worker fills in Node and Model.
@@ -74,4 +75,14 @@ type Summary struct {
 	BlockSize  int      `json:"block_size,omitempty"`  // KV positions per block (0: no paged pool)
 	Blocks     int      `json:"blocks,omitempty"`      // KV pool size
 	FreeBlocks int      `json:"free_blocks,omitempty"` // free or evictable now
+	BlockBytes int64    `json:"block_bytes,omitempty"` // memory of one block (all layers)
+
+	// The model as the engine serves it, for the cluster status (0 or ""
+	// where the engine does not say): the most prompt + completion tokens
+	// of a sequence, the weights' format (safetensors, mlx, gguf) and
+	// quantization or storage type (q8_0, 4bit, bf16), their bytes on disk.
+	Context      int    `json:"context,omitempty"`
+	Format       string `json:"format,omitempty"`
+	Quantization string `json:"quantization,omitempty"`
+	Size         int64  `json:"size,omitempty"`
 }

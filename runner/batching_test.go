@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -249,8 +250,67 @@ func TestPrefixSummary(t *testing.T) {
 	if n := prefix.Longest(prefix.Chat(follow.Chat), func(k uint64) bool { return have[k] }); n != 1 {
 		t.Errorf("follow-up matches %d messages of the summary, want 1 (%+v)", n, s)
 	}
-	if s.Blocks == 0 || s.FreeBlocks == 0 || s.BlockSize != 32 {
+	if s.Blocks == 0 || s.FreeBlocks == 0 || s.BlockSize != 32 || s.BlockBytes <= 0 {
 		t.Errorf("summary pool fields: %+v", s)
+	}
+	// What the model is, for the status: testmodel writes bf16 safetensors.
+	if s.Context != 2048 || s.Format != "safetensors" || s.Quantization != "bf16" || s.Size < 1000 {
+		t.Errorf("summary model fields: context %d format %q quantization %q size %d, want 2048 safetensors bf16 >1000",
+			s.Context, s.Format, s.Quantization, s.Size)
+	}
+}
+
+// A Hugging Face cache snapshot holds links into its blobs folder: the
+// size is the linked files'.
+func TestDescribeFollowsLinks(t *testing.T) {
+	root := t.TempDir()
+	blobs, snap := filepath.Join(root, "blobs"), filepath.Join(root, "snapshots", "rev")
+	for _, d := range []string{blobs, snap} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]int{"config.json": 0, "model.safetensors": 5000}
+	var want int64
+	for name, size := range files {
+		body := []byte(strings.Repeat("x", size))
+		if name == "config.json" {
+			body = []byte(`{"torch_dtype":"bfloat16"}`)
+		}
+		want += int64(len(body))
+		blob := filepath.Join(blobs, "sha-"+name)
+		if err := os.WriteFile(blob, body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..", "..", "blobs", "sha-"+name), filepath.Join(snap, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if info := describe(snap, ""); info.size != want || info.format != "safetensors" || info.quant != "bf16" {
+		t.Errorf("got %+v, want size %d, safetensors, bf16", info, want)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	tests := []struct {
+		path, quantize, format, quant string
+	}{
+		{"../testdata/gguf/qwen3-q4_0.gguf", "", "gguf", "q4_0"},
+		{"../testdata/gguf/qwen3-bf16.gguf", "", "gguf", "bf16"},
+		{"../testdata/hf/qwen3", "", "safetensors", "bf16"},
+		{"../testdata/hf/qwen3", "q8_0", "safetensors", "q8_0 (at load)"},
+		{"../testdata/mlx/qwen3-4bit", "", "mlx", "4bit"},
+	}
+	for _, tt := range tests {
+		t.Run(filepath.Base(tt.path)+tt.quantize, func(t *testing.T) {
+			if _, err := os.Stat(tt.path); err != nil {
+				t.Fatalf("fixture: %v", err)
+			}
+			info := describe(tt.path, tt.quantize)
+			if info.format != tt.format || info.quant != tt.quant || info.size <= 0 {
+				t.Errorf("got %+v, want format %q quantization %q and a size", info, tt.format, tt.quant)
+			}
+		})
 	}
 }
 

@@ -434,14 +434,26 @@ func (e *Runner) admit(st *sched, r *stepReq) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if n, err = e.attachOthers(r.ctx, s, attach, n); err != nil {
-			return false, err
-		}
-		if p.BlocksFor(len(r.tokens))-s.cache.Blocks() > p.Available() {
+		fits := func() bool { return p.BlocksFor(len(r.tokens))-s.cache.Blocks() <= p.Available() }
+		if !fits() {
 			if n > 0 {
 				s.cache.Truncate(0)
 			}
 			return false, nil
+		}
+		if n > 0 && e.cfg.Forward != nil {
+			// Admitted here: the other stages attach too (what they hold
+			// may be less, and then the rest must still fit). A sequence
+			// not admitted after all leaves them nothing held.
+			if n, err = e.attachOthers(r.ctx, s, attach, n); err != nil {
+				e.fwd.Forget(s.id)
+				return false, err
+			}
+			if !fits() {
+				s.cache.Truncate(0)
+				e.fwd.Forget(s.id)
+				return false, nil
+			}
 		}
 		r.off = n
 		if r.first && !s.started {
@@ -480,6 +492,11 @@ func (e *Runner) victim(st *sched) *seq {
 // preempt frees s's blocks; its tokens are recomputed when it is admitted
 // again (its full blocks stay in the prefix cache until evicted).
 func (e *Runner) preempt(st *sched, s *seq) {
+	// The other stages of a pipeline free theirs too (the recompute starts
+	// from position 0 there as well), so that their pools, sized as this
+	// one, have the blocks this one gives to another sequence: first, so
+	// that no pass using those blocks reaches them before.
+	e.fwd.Forget(s.id)
 	hist := s.cache.Tokens()
 	if err := s.cache.Truncate(0); err != nil {
 		e.log.Error("preempt: truncate", "err", err)

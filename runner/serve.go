@@ -157,6 +157,7 @@ type Runner struct {
 	noText   bool               // Config.TokensOnly and no tokenizer: tok is empty
 	eos      []int
 	maxCtx   int
+	info     modelInfo // RoutingSummary (describe.go)
 	defaults genDefaults
 
 	thinkOpen, thinkClose int // token ids, -1 if absent
@@ -235,6 +236,7 @@ func New(cfg Config, logger *slog.Logger) (*Runner, error) {
 	if err := e.newPool(); err != nil {
 		e.log.Info("no paged KV cache", "err", err)
 	}
+	e.info = describe(cfg.ModelDir, cfg.Quantize)
 	seen := map[int]bool{}
 	for _, id := range append(e.model.EOSTokenIDs(), e.tok.EOSTokenIDs()...) {
 		if !seen[id] && id >= 0 && id < e.model.VocabSize() {

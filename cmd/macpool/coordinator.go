@@ -23,8 +23,8 @@ import (
 	"github.com/macpool/macpool/metrics"
 )
 
-// version is reported in gossip metadata.
-var version = "dev"
+// version is reported in gossip metadata (the status and the dashboard show it).
+var version = cluster.BuildVersion()
 
 func init() {
 	register("coordinator", "run a coordinator: HTTP API, queue (NATS), cluster state (Raft)", runCoordinator)

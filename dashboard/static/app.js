@@ -35,6 +35,34 @@
   function fmtTime(d) {
     return d.toLocaleTimeString([], { hour12: false });
   }
+  function fmtBytes(n) {
+    if (!n || n < 0) return "0 B";
+    const units = ["B", "KB", "MB", "GB", "TB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return (i === 0 || n >= 100 ? n.toFixed(0) : n.toFixed(1)) + " " + units[i];
+  }
+  function fmtTokens(n) {
+    if (n >= 1e6) return (n / 1e6).toFixed(n >= 1e7 ? 0 : 1) + "M";
+    if (n >= 1e4) return (n / 1e3).toFixed(0) + "k";
+    if (n >= 1e3) return (n / 1e3).toFixed(1) + "k";
+    return String(n);
+  }
+  // fmtAge is a duration in milliseconds as an uptime: "42 s", "7 min", "3 h 5 min", "2 d 4 h".
+  function fmtAge(ms) {
+    const s = Math.max(0, Math.floor(ms / 1000));
+    if (s < 60) return s + " s";
+    const m = Math.floor(s / 60);
+    if (m < 60) return m + " min";
+    const h = Math.floor(m / 60);
+    if (h < 24) return h + " h " + (m % 60) + " min";
+    return Math.floor(h / 24) + " d " + (h % 24) + " h";
+  }
+  function fmtMs(ms) {
+    if (ms === null || ms === undefined || !isFinite(ms)) return "–";
+    if (ms < 1) return "<1 ms";
+    return ms < 1000 ? ms.toFixed(0) + " ms" : (ms / 1000).toFixed(2) + " s";
+  }
 
   // ---- Prometheus text exposition (only counters we need) ----
   function parseMetrics(text) {
@@ -91,35 +119,67 @@
   const histWindow = []; // {at, ttft, itl}, newest last, ~30 s
 
   // ---- recent errors ----
-  const errors = []; // newest first: {time, kind, text}
+  // The coordinator's list (status.recent_errors: every request it answered
+  // 4xx/5xx or whose client went away, newest first) merged with the page's
+  // own failures (status unreachable, playground, drain), newest first.
+  const localErrors = []; // {time (ms), kind, text, count}
   let lastErrorKey = "";
   function addError(kind, text) {
     const key = kind + "|" + text;
-    if (key === lastErrorKey && errors.length && Date.now() - errors[0].time < 30000) {
-      errors[0].count++;
-      errors[0].time = Date.now();
+    if (key === lastErrorKey && localErrors.length && Date.now() - localErrors[0].time < 30000) {
+      localErrors[0].count++;
+      localErrors[0].time = Date.now();
     } else {
-      errors.unshift({ time: Date.now(), kind, text, count: 1 });
-      errors.length = Math.min(errors.length, 30);
+      localErrors.unshift({ time: Date.now(), kind, text, count: 1 });
+      localErrors.length = Math.min(localErrors.length, 30);
     }
     lastErrorKey = key;
     renderErrors();
   }
   function renderErrors() {
+    const st = state.status;
+    const remote = (st && st.recent_errors) || [];
+    // The coordinator's clock orders its entries; shift the page's own
+    // onto it so that a skewed browser clock does not reorder the list.
+    const skew = st && st.time ? st.time - state.statusAt : 0;
+    const rows = remote.map((e) => ({ time: e.time, remote: e }))
+      .concat(localErrors.map((e) => ({ time: e.time + skew, local: e })))
+      .sort((a, b) => b.time - a.time).slice(0, 60);
+    $("errors-scope").textContent = st ? "as seen by " + (st.coordinator || "this coordinator") : "";
     const ul = $("errors");
-    if (!errors.length) { ul.replaceChildren(el("li", { class: "empty" }, "none")); return; }
-    ul.replaceChildren(...errors.map((e) => el("li", {},
-      el("time", {}, fmtTime(new Date(e.time))),
-      el("span", { class: "kind" }, e.kind),
-      e.text, e.count > 1 ? " ×" + e.count : "")));
+    if (!rows.length) { ul.replaceChildren(el("li", { class: "empty" }, "none")); return; }
+    ul.replaceChildren(...rows.map((r) => {
+      if (r.local) {
+        const e = r.local;
+        return el("li", { class: "local" },
+          el("time", {}, fmtTime(new Date(e.time))),
+          el("span", { class: "kind" }, e.kind),
+          e.text, e.count > 1 ? " ×" + e.count : "");
+      }
+      const e = r.remote;
+      return el("li", { "data-status": String(e.status) },
+        el("time", {}, fmtTime(new Date(e.time))),
+        el("span", { class: "status s" + String(e.status).charAt(0) }, String(e.status)),
+        el("span", { class: "kind" }, e.error || ""),
+        e.model ? el("span", { class: "badge model" }, e.model) : null,
+        el("span", { class: "message" }, e.message || ""));
+    }));
   }
 
   // ---- polling ----
-  const state = { status: null, tps: {}, lastTokens: null, lastErrCounts: null, failures: 0, lastOK: 0 };
+  const state = { status: null, statusAt: 0, tps: {}, lastTokens: null, failures: 0, lastOK: 0, drains: {}, refusedKey: null };
 
+  // The status wants an API key once the cluster stores keys: the one typed
+  // into the page.
   async function fetchStatus() {
-    const r = await fetch(cfg.status, { cache: "no-store" });
-    if (!r.ok) throw new Error(cfg.status + ": HTTP " + r.status);
+    const r = await fetch(cfg.status, { cache: "no-store", headers: authHeaders() });
+    if (!r.ok) {
+      let msg = cfg.status + ": HTTP " + r.status;
+      if (r.status === 401) msg += " (type an API key into the page)";
+      const err = new Error(msg);
+      err.status = r.status;
+      throw err;
+    }
     return r.json();
   }
 
@@ -133,10 +193,8 @@
     const samples = parseMetrics(await r.text());
     const now = performance.now();
     const tokens = {}; // worker -> total generated tokens
-    const errs = {};   // kind -> count
     for (const s of samples) {
       if (s.name === "macpool_generated_tokens_total") tokens[s.labels.worker] = (tokens[s.labels.worker] || 0) + s.value;
-      if (s.name === "macpool_errors_total") errs[s.labels.kind] = (errs[s.labels.kind] || 0) + s.value;
     }
     if (state.lastTokens) {
       const dt = (now - state.lastTokens.at) / 1000;
@@ -157,13 +215,6 @@
     const oldest = histWindow.length > 1 ? histWindow[0] : null;
     $("sum-ttft").textContent = fmtSecs(quantile(0.5, histWindow[histWindow.length - 1].ttft, oldest && oldest.ttft));
     $("sum-itl").textContent = fmtSecs(quantile(0.5, histWindow[histWindow.length - 1].itl, oldest && oldest.itl));
-    if (state.lastErrCounts) {
-      for (const [k, v] of Object.entries(errs)) {
-        const d = v - (state.lastErrCounts[k] || 0);
-        if (d > 0) addError(k, d === 1 ? "1 error" : d + " errors");
-      }
-    }
-    state.lastErrCounts = errs;
   }
 
   function setConn(s, text) {
@@ -171,17 +222,34 @@
     $("conn-text").textContent = text;
   }
 
+  // poll refreshes the page once. After a 401 it stops asking for the
+  // status until the API key field changes: every refused request is a
+  // recent error of the coordinator, and a page left open without a key
+  // would fill that list with its own.
   async function poll() {
     try {
+      const key = $("chat-key").value.trim();
+      if (state.refusedKey !== null && key === state.refusedKey) {
+        await fetchMetrics();
+        return;
+      }
       const [st] = await Promise.all([fetchStatus(), fetchMetrics()]);
+      state.refusedKey = null;
       state.status = st;
+      state.statusAt = Date.now();
       state.failures = 0;
       state.lastOK = Date.now();
-      setConn("live", "live · " + (st.coordinator || "coordinator"));
+      setConn("live", "live · " + (st.coordinator || "coordinator") + (st.version ? " " + st.version : ""));
       render(st);
+      renderErrors();
     } catch (e) {
       state.failures++;
-      setConn("down", "status unavailable");
+      if (e.status === 401) {
+        state.refusedKey = $("chat-key").value.trim();
+        setConn("down", state.refusedKey ? "the API key was refused" : "an API key is needed: type it into the page");
+      } else {
+        setConn("down", "status unavailable");
+      }
       if (state.failures === 1 || state.failures % 30 === 0) addError("dashboard", "cannot load cluster status: " + e.message);
     } finally {
       setTimeout(poll, pollMs);
@@ -203,58 +271,129 @@
     $("sum-queued").textContent = totalQueued;
     $("sum-tps").textContent = state.lastTokens ? fmtRate(tpsTotal) : "–";
     $("leader").textContent = st.leader ? "Raft leader: " + st.leader : "no Raft leader";
+    renderTraffic(st.traffic);
+    renderSecurity(st.security);
 
     // Nodes.
+    const now = st.time || Date.now();
     const tbody = $("nodes").tBodies[0];
     if (!nodes.length) {
-      tbody.replaceChildren(el("tr", { class: "empty" }, el("td", { colSpan: 6 }, "no nodes")));
+      tbody.replaceChildren(el("tr", { class: "empty" }, el("td", { colSpan: 9 }, "no nodes")));
     } else {
       tbody.replaceChildren(...nodes.map((n) => {
         const role = [el("span", { class: "badge " + (n.raft === "leader" ? "leader" : n.role) }, n.raft === "leader" ? "coordinator · leader" : n.role)];
         if (n.raft === "voter") role.push(el("span", { class: "badge" }, "voter"));
+        if (n.leaving) role.push(el("span", { class: "badge leaving" }, "draining"));
         const hw = [n.chip, n.cores ? n.cores + " cores" : "", fmtMem(n.memory_mb)].filter(Boolean).join(" · ");
         let load = "";
         if (n.role === "worker" && n.slots) {
           const pct = Math.min(100, Math.round((100 * (n.running || 0)) / n.slots));
           load = [el("span", { class: pct >= 100 ? "bar full" : "bar", title: pct + "%" }, el("span", { style: "width:" + pct + "%" })),
-            el("span", { class: "bar-text" }, (n.running || 0) + " / " + n.slots)];
+            el("span", { class: "bar-text slots" }, (n.running || 0) + " / " + n.slots)];
+        }
+        let kv = "";
+        if (n.role === "worker") {
+          kv = n.kv_tokens ? [el("div", { class: "kv-tokens" }, fmtTokens(n.kv_free_tokens || 0) + " / " + fmtTokens(n.kv_tokens) + " tokens"),
+            n.kv_bytes ? el("div", { class: "sub kv-bytes" }, fmtBytes(n.kv_free_bytes || 0) + " / " + fmtBytes(n.kv_bytes)) : null]
+            : el("span", { class: "sub" }, "not reported");
         }
         const tps = n.role === "worker" ? (state.lastTokens ? fmtRate(state.tps[n.name] || 0) : "–") : "";
+        const ver = [el("div", { class: "version" }, n.version || "unknown version"),
+          el("div", { class: "sub uptime" }, n.started ? "up " + fmtAge(now - n.started * 1000) : "uptime unknown")];
+        let action = null;
+        if (n.role === "worker" && cfg.drain) {
+          action = el("button", { type: "button", class: "secondary drain", "data-drain-node": n.name, disabled: !!n.leaving || !!state.drains[n.name],
+            title: "stop giving " + n.name + " work, let its jobs finish, and make it leave the cluster" }, n.leaving ? "draining…" : "Drain");
+        }
         return el("tr", { "data-node": n.name },
-          el("td", {}, el("div", { class: "name" }, n.name), el("div", { class: "sub" }, [n.gossip_addr, n.version].filter(Boolean).join(" · "))),
+          el("td", {}, el("div", { class: "name" }, n.name), el("div", { class: "sub" }, n.gossip_addr || "")),
           el("td", {}, role),
+          el("td", { class: "ver" }, ver),
           el("td", { class: "hw" }, hw || el("span", { class: "sub" }, "unknown")),
           el("td", {}, (n.models || []).map((m) => el("span", { class: "badge" }, m))),
-          el("td", {}, load),
-          el("td", { class: "num tps" }, tps));
+          el("td", { class: "load" }, load),
+          el("td", { class: "num kv", "data-kv-tokens": n.kv_tokens ? String(n.kv_tokens) : null, "data-kv-bytes": n.kv_bytes ? String(n.kv_bytes) : null }, kv),
+          el("td", { class: "num tps" }, tps),
+          el("td", { class: "action" }, action));
       }));
     }
+    settleDrains(nodes);
 
-    // Models and placement: the registry plus what workers announce.
+    // Models: the registry, what workers serve and report, placement.
     const models = new Map();
-    for (const m of st.models || []) models.set(m.name, { spec: m, nodes: [] });
-    for (const n of workers) for (const m of n.models || []) {
-      if (!models.has(m)) models.set(m, { spec: { name: m }, nodes: [] });
-      models.get(m).nodes.push(n);
-    }
-    for (const m of Object.keys(queued)) if (!models.has(m)) models.set(m, { spec: { name: m }, nodes: [] });
+    const entry = (name) => {
+      if (!models.has(name)) models.set(name, { spec: { name }, nodes: [], served: [] });
+      return models.get(name);
+    };
+    for (const m of st.models || []) { entry(m.name).spec = m; }
+    for (const n of workers) for (const m of n.models || []) entry(m).nodes.push(n);
+    for (const s of st.served || []) entry(s.model).served.push(s);
+    for (const m of Object.keys(queued)) entry(m);
     const mbody = $("models").tBodies[0];
     if (!models.size) {
-      mbody.replaceChildren(el("tr", { class: "empty" }, el("td", { colSpan: 4 }, "no models yet")));
+      mbody.replaceChildren(el("tr", { class: "empty" }, el("td", { colSpan: 6 }, "no models yet")));
     } else {
-      mbody.replaceChildren(...[...models.values()].sort((a, b) => a.spec.name.localeCompare(b.spec.name)).map(({ spec, nodes }) => {
-        const detail = [spec.format, spec.quantization, spec.source].filter(Boolean).join(" · ");
+      mbody.replaceChildren(...[...models.values()].sort((a, b) => a.spec.name.localeCompare(b.spec.name)).map(({ spec, nodes, served }) => {
+        // What the workers report wins over the registry entry (which
+        // says what was asked for, not what was loaded).
+        const first = served[0] || {};
+        const format = first.format || spec.format;
+        const quant = first.quantization || spec.quantization;
+        const detail = [format, quant, spec.source].filter(Boolean).join(" · ");
+        const size = first.size || spec.size;
+        const contexts = [...new Set(served.map((s) => s.context).filter(Boolean))].sort((a, b) => a - b);
         const free = nodes.reduce((a, n) => a + (n.free || 0), 0);
         const total = nodes.reduce((a, n) => a + (n.slots || 0), 0);
         return el("tr", { "data-model": spec.name },
-          el("td", {}, el("div", { class: "name" }, spec.name), detail ? el("div", { class: "sub" }, detail) : null),
-          el("td", {}, nodes.length ? nodes.map((n) => el("span", { class: "badge" }, n.name)) : el("span", { class: "sub" }, "no worker"),
-            installs(st, spec.name, nodes)),
+          el("td", {}, el("div", { class: "name" }, spec.name), detail ? el("div", { class: "sub detail" }, detail) : null),
+          el("td", { class: "num size", "data-size": size ? String(size) : null }, size ? fmtBytes(size) : "–"),
+          el("td", { class: "num context", "data-context": contexts.length ? contexts.join(",") : null }, contexts.length ? contexts.map((c) => fmtTokens(c)).join(" – ") + " tokens" : "–"),
+          el("td", { class: "placement" }, placement(st, spec, nodes), installs(st, spec.name, nodes)),
           el("td", { class: "num" }, nodes.length ? free + " / " + total : "–"),
           el("td", { class: "num queued" }, String(queued[spec.name] || 0)));
       }));
     }
     updateModelSelect([...models.keys()].filter((m) => models.get(m).nodes.length).sort());
+  }
+
+  function renderTraffic(t) {
+    if (!t || !t.window_s) {
+      for (const id of ["sum-rate", "sum-errrate", "sum-cancelrate", "sum-qwait"]) $(id).textContent = "–";
+      return;
+    }
+    const perMin = (n) => fmtRate((n * 60) / t.window_s);
+    $("sum-rate").textContent = perMin(t.requests || 0);
+    $("sum-errrate").textContent = perMin(t.errors || 0);
+    $("sum-cancelrate").textContent = perMin(t.cancelled || 0);
+    $("stat-rate").title = "requests this coordinator finished in the last " + t.window_s + " s";
+    $("sum-qwait").textContent = t.queue_waits ? fmtMs(t.queue_wait_p50_ms) + " / " + fmtMs(t.queue_wait_p95_ms) : "–";
+    $("stat-queue-wait").title = "queue wait (admission to a worker taking the job) of the " + (t.queue_waits || 0) +
+      " jobs this coordinator admitted in the last " + Math.round((t.queue_window_s || 0) / 60) + " min";
+  }
+
+  function renderSecurity(sec) {
+    const box = $("security");
+    if (!sec) { box.dataset.secured = "unknown"; return; }
+    $("sec-cluster").textContent = sec.cluster_secret ? "cluster encrypted (secret: gossip, NATS and Raft over TLS)" : "cluster PLAINTEXT (--insecure)";
+    const api = { keys: "API keys required (" + (sec.keys || 0) + " stored)", open: "API OPEN to the network, no key (--open-api)", loopback: "API without keys, loopback only" };
+    $("sec-api").textContent = api[sec.api] || "API: " + sec.api;
+    box.dataset.secured = sec.cluster_secret && sec.api === "keys" ? "yes" : sec.api === "open" || !sec.cluster_secret ? "no" : "partly";
+  }
+
+  // placement lists a model's pipeline stages when its status has them
+  // ({worker, first, last}: decoder layers [first, last)), else the workers
+  // it is placed on (managed models) and the workers serving it.
+  function placement(st, spec, nodes) {
+    const stages = spec.stages || (spec.plan && spec.plan.stages);
+    if (Array.isArray(stages) && stages.length) {
+      return el("ol", { class: "stages" }, stages.map((s) =>
+        el("li", { "data-stage-worker": s.worker }, el("span", { class: "badge" }, s.worker), " layers " + s.first + "–" + (s.last - 1))));
+    }
+    const names = new Set(nodes.map((n) => n.name));
+    for (const w of (st.placement || {})[spec.name] || []) names.add(w);
+    if (!names.size) return el("span", { class: "sub" }, "no worker");
+    const serving = new Set(nodes.map((n) => n.name));
+    return [...names].sort().map((w) => el("span", { class: serving.has(w) ? "badge" : "badge pending", title: serving.has(w) ? "serving" : "placed, not serving yet" }, w));
   }
 
   // Placed models still being installed on a worker (distrib): state and
@@ -268,6 +407,49 @@
       if (w.from) text += " (" + w.from + ")";
       return el("div", { class: "sub install", title: w.error || "" }, text + (w.error ? " — " + w.error : ""));
     });
+  }
+
+  // ---- drain ----
+  // A worker's Drain button posts to the admin drain endpoint with the page's
+  // API key (an admin key), after a confirmation; the result is shown under
+  // the table and followed through the status until the worker has left.
+  function drainResult(stateName, text) {
+    const d = $("drain-result");
+    d.dataset.state = stateName;
+    d.textContent = text;
+  }
+  async function drain(node) {
+    if (!window.confirm("Drain " + node + "? It gets no new jobs, finishes the ones it runs and leaves the cluster.")) return;
+    state.drains[node] = { at: Date.now(), left: false };
+    drainResult("pending", "asking " + node + " to drain…");
+    try {
+      const r = await fetch(cfg.drain, {
+        method: "POST",
+        headers: Object.assign({ "Content-Type": "application/json" }, authHeaders()),
+        body: JSON.stringify({ node }),
+      });
+      let body = null;
+      try { body = await r.json(); } catch (e) { /* not JSON */ }
+      if (!r.ok) {
+        const msg = "HTTP " + r.status + (body && body.error && body.error.message ? ": " + body.error.message : "");
+        throw new Error(msg);
+      }
+      drainResult("accepted", node + " is draining: " + ((body && body.running) || 0) + " jobs running; it leaves when they finish");
+    } catch (e) {
+      delete state.drains[node];
+      drainResult("error", "drain " + node + " failed: " + e.message);
+      addError("drain", node + ": " + e.message);
+    }
+  }
+  // settleDrains reports a drained worker gone from the cluster.
+  function settleDrains(nodes) {
+    const present = new Set(nodes.map((n) => n.name));
+    for (const [node, d] of Object.entries(state.drains)) {
+      if (!present.has(node) && !d.left && $("drain-result").dataset.state === "accepted") {
+        d.left = true;
+        drainResult("done", node + " drained and left the cluster");
+      }
+    }
   }
 
   // ---- playground ----
@@ -411,6 +593,10 @@
     const key = sessionStorage.getItem("macpool.key");
     if (key) $("chat-key").value = key;
     $("chat-key").addEventListener("change", () => sessionStorage.setItem("macpool.key", $("chat-key").value));
+    $("nodes").addEventListener("click", (ev) => {
+      const b = ev.target.closest("button[data-drain-node]");
+      if (b && !b.disabled) drain(b.dataset.drainNode);
+    });
     $("chat-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
       const text = $("chat-input").value.trim();
