@@ -64,6 +64,9 @@ func TestPrintModels(t *testing.T) {
 			}},
 		{ModelSpec: admin.ModelSpec{Name: "huge", Source: "/m/huge", SourceNode: "studio", Managed: true}, Assigned: []string{}},
 		{ModelSpec: admin.ModelSpec{Name: "static", Source: "worker:w1"}, Workers: []admin.WorkerModelState{{Worker: "w1", State: "serving"}}},
+		{ModelSpec: admin.ModelSpec{Name: "big", Source: "/m/big", Managed: true, Stages: []admin.Stage{{Worker: "a", First: 0, Last: 20}, {Worker: "b", First: 20, Last: 48}}},
+			Epoch: 3, Assigned: []string{"a", "b"},
+			Workers: []admin.WorkerModelState{{Worker: "a", State: cluster.ModelReady, Stage: "layers [0,20)"}, {Worker: "b", State: cluster.ModelReady, Stage: "layers [20,48)"}}},
 	}
 	var b strings.Builder
 	if err := PrintModels(&b, list); err != nil {
@@ -76,6 +79,7 @@ func TestPrintModels(t *testing.T) {
 		"mini: fetching (peers) [#####...............]  25% 4.1 GB/16.4 GB",
 		"/m/huge (on studio)", "(no worker has room)",
 		"(started with -model)", "w1: serving",
+		"pipeline epoch 3: a [0,20) b [20,48)", "a: ready layers [0,20)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

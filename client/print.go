@@ -68,6 +68,19 @@ func PrintStatus(w io.Writer, st admin.Status) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	var piped []admin.ModelSpec
+	for _, m := range st.Models {
+		if len(m.Stages) > 0 {
+			piped = append(piped, m)
+		}
+	}
+	sort.Slice(piped, func(i, j int) bool { return piped[i].Name < piped[j].Name })
+	if len(piped) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, m := range piped {
+		fmt.Fprintf(w, "pipeline %s: %s\n", m.Name, StagesText(m.Stages))
+	}
 	if len(st.Queued) > 0 {
 		names := make([]string, 0, len(st.Queued))
 		for m := range st.Queued {
@@ -114,6 +127,8 @@ func PrintModels(w io.Writer, list []admin.ModelStatus) error {
 		}
 		placed := strings.Join(m.Assigned, ",")
 		switch {
+		case len(m.Stages) > 0:
+			placed = fmt.Sprintf("pipeline epoch %d: %s", m.Epoch, StagesText(m.Stages))
 		case !m.Managed:
 			placed = "(started with -model)"
 		case placed == "":
@@ -131,9 +146,21 @@ func PrintModels(w io.Writer, list []admin.ModelStatus) error {
 	return tw.Flush()
 }
 
+// StagesText is a pipeline's stages: "w1 [0,10) w2 [10,20)".
+func StagesText(stages []admin.Stage) string {
+	parts := make([]string, len(stages))
+	for i, s := range stages {
+		parts[i] = fmt.Sprintf("%s [%d,%d)", s.Worker, s.First, s.Last)
+	}
+	return strings.Join(parts, " ")
+}
+
 // stateText is a worker's state, with a progress bar while fetching.
 func stateText(s admin.WorkerModelState) string {
 	t := s.State
+	if s.Stage != "" {
+		t += " " + s.Stage
+	}
 	if s.From != "" && (s.State == cluster.ModelFetching || s.State == cluster.ModelReady) {
 		t += " (" + s.From + ")"
 	}
@@ -203,9 +230,16 @@ func (c *Client) WaitModel(ctx context.Context, name string, w io.Writer) error 
 					fmt.Fprintf(w, "%s %s: %s\n", name, s.Worker, line)
 					last[s.Worker] = line
 				}
-				if s.State != cluster.ModelReady && s.State != "serving" {
+				switch {
+				case s.State == cluster.ModelStored && len(m.Stages) > 0:
+					// a pipeline's seed only holds the files
+				case s.State != cluster.ModelReady && s.State != "serving":
 					ready = false
 				}
+			}
+			if ready && len(m.Stages) > 0 {
+				fmt.Fprintf(w, "%s is served as a pipeline: %s\n", name, StagesText(m.Stages))
+				return nil
 			}
 			if ready {
 				fmt.Fprintf(w, "%s is served by %s\n", name, strings.Join(m.Assigned, ", "))

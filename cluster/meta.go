@@ -48,6 +48,14 @@ type Meta struct {
 	// Store is a worker's modelstore peer HTTP address (host:port): other
 	// workers pull its models from there (docs/cluster.md, "Model placement and distribution").
 	Store string `json:"ms,omitempty"`
+	// Pipeline is a worker's pipeline listener (host:port): the stages of
+	// a pipelined model next to its stage connect there (docs/cluster.md,
+	// "Pipelined models").
+	Pipeline string `json:"pl,omitempty"`
+	// MemLimit is a worker's --memory-limit in bytes (0: none): placement
+	// gives it at most this much, all of it usable (not a fraction of
+	// MemoryMB), and the worker loads nothing bigger.
+	MemLimit int64 `json:"ml,omitempty"`
 	// Coordinator addresses.
 	NATS string `json:"u,omitempty"` // NATS client URL(s), comma separated
 	// Routes is the NATS cluster (route) URL of a coordinator whose embedded

@@ -1,5 +1,7 @@
 package cluster
 
+import "github.com/macpool/macpool/api/admin"
+
 // Model distribution messages (docs/cluster.md, "Model placement and distribution"): a worker asks any
 // coordinator which models the placement gives it, and reports how far it
 // got installing each (fetch from peers or the source, load).
@@ -33,6 +35,47 @@ type AssignedModel struct {
 	// yet, the others wait for a peer (one download from the source per
 	// cluster).
 	Workers []string `json:"workers"`
+	// StoreOnly: the model fits no worker whole and its layout is not
+	// known yet; get its files, report their layout (ModelProgress.Layout)
+	// and load nothing. The leader then splits it into pipeline stages.
+	StoreOnly bool `json:"store_only,omitempty"`
+	// Plan, if set, is the pipeline plan of the model and this worker runs
+	// one of its stages (Plan.Stages[i].Worker == the asking worker):
+	// fetch only that stage's files and tensor ranges, load the stage and
+	// join the plan. Workers is then empty.
+	Plan *PipelinePlan `json:"plan,omitempty"`
+	// Ranges, with Plan, are where the model's tensors lie in its files:
+	// the stage's worker fetches only the chunks its ranges need.
+	Ranges *admin.LayoutRanges `json:"ranges,omitempty"`
+}
+
+// PipelinePlan is pipeline.Plan on the wire (the same JSON): a pipelined
+// model's stages in layer order, with each stage worker's pipeline
+// listener. cluster does not import the pipeline package (it would pull
+// the engine into every cluster user); the coordinator and the worker's
+// stage loader convert.
+type PipelinePlan struct {
+	Model  string          `json:"model"`
+	Epoch  uint64          `json:"epoch"`
+	Stages []PipelineStage `json:"stages"`
+}
+
+// PipelineStage is pipeline.StageAddr on the wire: decoder layers [First, Last).
+type PipelineStage struct {
+	Worker string `json:"worker"`
+	Addr   string `json:"addr"`
+	First  int    `json:"first"`
+	Last   int    `json:"last"`
+}
+
+// Index is the position of worker's stage in the plan, or -1.
+func (p *PipelinePlan) Index(worker string) int {
+	for i, s := range p.Stages {
+		if s.Worker == worker {
+			return i
+		}
+	}
+	return -1
 }
 
 // Assignment answers an AssignRequest.
@@ -48,6 +91,7 @@ const (
 	ModelLoading  = "loading"  // into the engine
 	ModelReady    = "ready"    // serving
 	ModelFailed   = "failed"   // Error says why; retried
+	ModelStored   = "stored"   // files held and offered to peers, nothing loaded (AssignedModel.StoreOnly)
 )
 
 // ModelProgress is a worker's report on one placed model.
@@ -60,4 +104,12 @@ type ModelProgress struct {
 	From   string `json:"from,omitempty"`   // "peers" | "source" | "local"
 	Digest string `json:"digest,omitempty"` // manifest digest, once known
 	Error  string `json:"error,omitempty"`
+	// Layout is the model's memory by layer, sent once the worker has all
+	// its files (Total is then the model's size); the leader stores the
+	// first one it gets (pipeline placement needs it).
+	Layout *admin.ModelLayout `json:"layout,omitempty"`
+	// Stage is the stage this worker installs, for a pipelined model
+	// ("" for a whole model): "layers [F,L)" and the plan's epoch.
+	Stage string `json:"stage,omitempty"`
+	Epoch uint64 `json:"epoch,omitempty"`
 }

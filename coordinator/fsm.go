@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/macpool/macpool/api/admin"
+	"github.com/macpool/macpool/pipeline"
 )
 
 // Durable cluster state replicated by Raft. Commands are typed, prefixed by a
@@ -55,10 +56,17 @@ type State struct {
 	// that should fetch and serve it, sorted (models.go). Placement above
 	// is what workers actually serve (from gossip).
 	Assign map[string][]string `json:"assign,omitempty"`
+	// Pipelines are the plans of managed models split over several
+	// workers, Seeds the worker holding each one's whole files, Epochs the
+	// last epoch given to each model's plan (pipelines.go).
+	Pipelines map[string]pipeline.Plan `json:"pipelines,omitempty"`
+	Seeds     map[string]string        `json:"seeds,omitempty"`
+	Epochs    map[string]uint64        `json:"epochs,omitempty"`
 }
 
 func newState() State {
-	return State{Models: map[string]ModelSpec{}, Placement: map[string][]string{}, APIKeys: map[string]APIKey{}, Assign: map[string][]string{}}
+	return State{Models: map[string]ModelSpec{}, Placement: map[string][]string{}, APIKeys: map[string]APIKey{}, Assign: map[string][]string{},
+		Pipelines: map[string]pipeline.Plan{}, Seeds: map[string]string{}, Epochs: map[string]uint64{}}
 }
 
 func (s State) clone() State {
@@ -70,6 +78,7 @@ func (s State) clone() State {
 	for k, v := range s.Assign {
 		c.Assign[k] = slices.Clone(v)
 	}
+	clonePipelines(s, &c) // pipelines.go
 	return c
 }
 
@@ -137,6 +146,7 @@ func (f *fsm) apply(data []byte) error {
 		if m.Name == "" {
 			return errors.New("register model: empty name")
 		}
+		m.Stages = nil // from the pipeline plan in answers, never stored
 		f.state.Models[m.Name] = m
 	case cmdRemoveModel:
 		var c nameCmd
@@ -146,6 +156,9 @@ func (f *fsm) apply(data []byte) error {
 		delete(f.state.Models, c.Name)
 		delete(f.state.Placement, c.Name)
 		delete(f.state.Assign, c.Name)
+		delete(f.state.Pipelines, c.Name)
+		delete(f.state.Seeds, c.Name)
+		delete(f.state.Epochs, c.Name)
 	case cmdSetPlacement:
 		var c placementCmd
 		if err := json.Unmarshal(body, &c); err != nil {
@@ -188,6 +201,8 @@ func (f *fsm) apply(data []byte) error {
 		return f.applyTouchKey(body)
 	case cmdSetAssignment: // models.go
 		return f.applySetAssignment(body)
+	case cmdSetPipeline: // pipelines.go
+		return f.applySetPipeline(body)
 	default:
 		return fmt.Errorf("unknown command type %d", data[1])
 	}
@@ -215,6 +230,15 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	if s.Assign == nil {
 		s.Assign = map[string][]string{}
+	}
+	if s.Pipelines == nil {
+		s.Pipelines = map[string]pipeline.Plan{}
+	}
+	if s.Seeds == nil {
+		s.Seeds = map[string]string{}
+	}
+	if s.Epochs == nil {
+		s.Epochs = map[string]uint64{}
 	}
 	f.mu.Lock()
 	f.state = s

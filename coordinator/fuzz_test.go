@@ -9,8 +9,10 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/nats-io/nats.go"
 
+	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/job"
+	"github.com/macpool/macpool/pipeline"
 )
 
 // Fuzzers of what a coordinator decodes from other nodes: Raft commands
@@ -24,6 +26,8 @@ func FuzzFSMApply(f *testing.F) {
 	f.Add(seed(cmdPutAPIKey, APIKey{ID: "k", Hash: "ab", Admin: true}), seed(cmdTouchAPIKey, touchCmd{ID: "k", At: 5}))
 	f.Add(seed(cmdDeleteAPIKey, nameCmd{Name: "k"}), []byte{cmdVersion, 99, '{', '}'})
 	f.Add([]byte{cmdVersion}, []byte{2, 1, '{'})
+	f.Add(seed(cmdRegisterModel, ModelSpec{Name: "big", Managed: true, Layout: &admin.ModelLayout{Layers: []int64{1, 2}, KVPerToken: []int64{0, 0}, StatePerSeq: []int64{0, 0}}}),
+		seed(cmdSetPipeline, pipelineCmd{Model: "big", Seed: "s", Plan: &pipeline.Plan{Model: "big", Stages: []pipeline.StageAddr{{Worker: "a", Addr: "a:1", First: 0, Last: 1}, {Worker: "b", Addr: "b:1", First: 1, Last: 2}}}}))
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		f1, f2 := newFSM(), newFSM()
 		for _, fsm := range []*fsm{f1, f2} {
@@ -79,7 +83,7 @@ func FuzzStreamFrame(f *testing.F) {
 	}
 	f.Cleanup(func() { ml.Kill() })
 	f.Fuzz(func(t *testing.T, kind byte, p1, p2 []byte, attempts uint8) {
-		c := &Coordinator{ml: ml}
+		c := &Coordinator{ml: ml, fsm: newFSM()}
 		s := &stream{c: c, id: "j", model: "m", worker: "w1", next: 1, resumable: true, attempts: int(attempts % 4),
 			job: &job.Job{Kind: job.KindChat}, notify: make(chan struct{}, 1)}
 		c.streams.Store("j", s)

@@ -174,6 +174,11 @@ func (c *Coordinator) Assignment(worker string) cluster.Assignment {
 			Name: name, Source: spec.Source, SourceNode: spec.SourceNode, Digest: spec.Digest, Workers: slices.Clone(workers),
 		})
 	}
+	for _, am := range pipelineAssignments(st, worker) { // pipelines.go
+		if !slices.ContainsFunc(out.Models, func(x cluster.AssignedModel) bool { return x.Name == am.Name }) {
+			out.Models = append(out.Models, am)
+		}
+	}
 	slices.SortFunc(out.Models, func(a, b cluster.AssignedModel) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
@@ -216,6 +221,7 @@ func (c *Coordinator) AddManagedModel(ctx context.Context, req AddModelRequest) 
 			spec.Size = old.Size
 		}
 		spec.Digest = old.Digest
+		spec.Layout = old.Layout
 	}
 	spec.Created = time.Now().Unix()
 	if err := c.propose(ctx, cmdRegisterModel, spec); err != nil {
@@ -270,6 +276,15 @@ func (c *Coordinator) ModelStatuses() []ModelStatus {
 	out := []ModelStatus{}
 	for name, spec := range st.Models {
 		ms := ModelStatus{ModelSpec: spec, Assigned: slices.Clone(st.Assign[name]), Serving: serving[name], Workers: []WorkerModelState{}}
+		if p, ok := st.Pipelines[name]; ok { // pipelines.go: the stage workers are its placement
+			ms.Stages, ms.Epoch = adminStages(p), p.Epoch
+			for _, s := range p.Stages {
+				ms.Assigned = append(ms.Assigned, s.Worker)
+			}
+		}
+		if seed := st.Seeds[name]; seed != "" && !slices.Contains(ms.Assigned, seed) {
+			ms.Assigned = append(ms.Assigned, seed)
+		}
 		if ms.Assigned == nil {
 			ms.Assigned = []string{}
 		}
@@ -282,7 +297,7 @@ func (c *Coordinator) ModelStatuses() []ModelStatus {
 			seen[w] = true
 			ws := WorkerModelState{Worker: w, State: "assigned"}
 			if p, ok := c.models.progress[w][name]; ok && alive[w] && time.Since(p.at) < progressTTL {
-				ws = WorkerModelState{Worker: w, State: p.State, Bytes: p.Bytes, Total: p.Total, From: p.From, Error: p.Error}
+				ws = WorkerModelState{Worker: w, State: p.State, Bytes: p.Bytes, Total: p.Total, From: p.From, Error: p.Error, Stage: p.Stage}
 			} else if !alive[w] {
 				ws.State = "gone"
 			}
@@ -326,7 +341,7 @@ func (c *Coordinator) placeModels(members []cluster.Member, st State) {
 	// Learn sizes and digests from the workers' reports.
 	var updates []ModelSpec
 	for name, spec := range st.Models {
-		if !spec.Managed || (spec.Size > 0 && spec.Digest != "") {
+		if !spec.Managed || (spec.Size > 0 && spec.Digest != "" && spec.Layout != nil) {
 			continue
 		}
 		for _, byModel := range c.models.progress {
@@ -334,12 +349,27 @@ func (c *Coordinator) placeModels(members []cluster.Member, st State) {
 			if !ok {
 				continue
 			}
+			changed := false
+			if spec.Layout == nil && p.Layout != nil && len(p.Layout.Layers) > 0 {
+				// A report with a layout comes from a worker holding all the
+				// files: its Total and Digest are the model's too.
+				spec.Layout, changed = p.Layout, true
+				if spec.Size == 0 && p.Total > 0 {
+					spec.Size = p.Total
+				}
+				if spec.Digest == "" && p.Digest != "" {
+					spec.Digest = p.Digest
+				}
+			}
 			// Only a ready worker's numbers are the model's (while
 			// downloading from the source, Total is one file's size).
-			if !ok || p.State != cluster.ModelReady {
+			if p.State != cluster.ModelReady {
+				if changed {
+					updates = append(updates, spec)
+					break
+				}
 				continue
 			}
-			changed := false
 			if spec.Size == 0 && p.Total > 0 {
 				spec.Size, changed = p.Total, true
 			}
@@ -368,7 +398,7 @@ func (c *Coordinator) placeModels(members []cluster.Member, st State) {
 		if m.Meta.Role != cluster.RoleWorker || m.Meta.Store == "" || m.Meta.Leaving {
 			continue
 		}
-		workers = append(workers, PlaceWorker{Name: m.Name, MemoryMB: m.Meta.MemoryMB, GPUWorkingMB: m.Meta.GPUWorkingMB, Serving: m.Meta.Models})
+		workers = append(workers, PlaceWorker{Name: m.Name, MemoryMB: m.Meta.MemoryMB, GPUWorkingMB: m.Meta.GPUWorkingMB, MemLimit: m.Meta.MemLimit, Serving: m.Meta.Models})
 	}
 	models := make([]ModelSpec, 0, len(st.Models))
 	for _, m := range st.Models {
@@ -378,8 +408,9 @@ func (c *Coordinator) placeModels(members []cluster.Member, st State) {
 	if pc.UsableFraction <= 0 {
 		pc = DefaultPlacementConfig()
 	}
-	placed := Place(pc, models, workers, st.Assign)
-	young := c.placementYoung() // restart.go
+	placed, free := place(pc, models, workers, st.Assign)
+	young := c.placementYoung()                                 // restart.go
+	defer c.pipelineRound(pc, st, placed, free, members, young) // pipelines.go: models no worker holds whole
 	for name, ws := range placed {
 		old, ok := st.Assign[name]
 		if ok && slices.Equal(old, ws) {

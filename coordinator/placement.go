@@ -38,6 +38,9 @@ type PlaceWorker struct {
 	// GPUWorkingMB is the Apple GPU's recommended working set (Metal), the
 	// real bound for a model on a Mac; 0 elsewhere: UsableFraction of MemoryMB.
 	GPUWorkingMB int64
+	// MemLimit is the worker's --memory-limit in bytes (0: none): all of
+	// it is usable, it replaces the two above.
+	MemLimit int64
 	// Serving are models the worker serves that placement does not manage
 	// (started with --model): their memory is taken.
 	Serving []string
@@ -50,7 +53,12 @@ type PlaceWorker struct {
 // models are placed first. A model that fits nowhere gets no workers.
 // The result maps every managed model to its sorted workers (maybe none).
 func Place(cfg PlacementConfig, models []ModelSpec, workers []PlaceWorker, current map[string][]string) map[string][]string {
-	const unknown = int64(1) << 62
+	out, _ := place(cfg, models, workers, current)
+	return out
+}
+
+// place is Place that also returns each worker's room left.
+func place(cfg PlacementConfig, models []ModelSpec, workers []PlaceWorker, current map[string][]string) (map[string][]string, map[string]int64) {
 	free := map[string]int64{}
 	sizes := map[string]int64{}
 	for _, m := range models {
@@ -58,19 +66,7 @@ func Place(cfg PlacementConfig, models []ModelSpec, workers []PlaceWorker, curre
 	}
 	var names []string
 	for _, w := range workers {
-		room := unknown
-		switch {
-		case w.GPUWorkingMB > 0:
-			room = w.GPUWorkingMB << 20
-		case w.MemoryMB > 0:
-			room = int64(float64(w.MemoryMB<<20) * cfg.UsableFraction)
-		}
-		for _, s := range w.Serving {
-			if sz, ok := sizes[s]; ok && !isManaged(models, s) {
-				room -= cfg.Need(sz)
-			}
-		}
-		free[w.Name] = room
+		free[w.Name] = cfg.room(w, models, sizes)
 		names = append(names, w.Name)
 	}
 	var managed []ModelSpec
@@ -126,7 +122,31 @@ func Place(cfg PlacementConfig, models []ModelSpec, workers []PlaceWorker, curre
 		}
 		slices.Sort(out[m.Name])
 	}
-	return out
+	return out, free
+}
+
+// unknownRoom is the room of a worker that reports no memory: anything fits.
+const unknownRoom = int64(1) << 62
+
+// room is the memory worker w offers managed models: its memory limit, the
+// GPU's working set, or UsableFraction of its memory, less what the
+// unmanaged models it serves take.
+func (cfg PlacementConfig) room(w PlaceWorker, models []ModelSpec, sizes map[string]int64) int64 {
+	room := unknownRoom
+	switch {
+	case w.MemLimit > 0:
+		room = w.MemLimit
+	case w.GPUWorkingMB > 0:
+		room = w.GPUWorkingMB << 20
+	case w.MemoryMB > 0:
+		room = int64(float64(w.MemoryMB<<20) * cfg.UsableFraction)
+	}
+	for _, s := range w.Serving {
+		if sz, ok := sizes[s]; ok && !isManaged(models, s) {
+			room -= cfg.Need(sz)
+		}
+	}
+	return room
 }
 
 func isManaged(models []ModelSpec, name string) bool {

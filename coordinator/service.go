@@ -181,7 +181,7 @@ func (c *Coordinator) Submit(ctx context.Context, job *job.Job) (job.Stream, err
 		}
 	}()
 	workers := c.workersFor(job.Model)
-	if len(workers) == 0 {
+	if len(workers) == 0 && !c.pipelined(job.Model) { // pipelines.go: queued while its plan is re-placed
 		c.fsm.mu.RLock()
 		_, known := c.fsm.state.Models[job.Model]
 		c.fsm.mu.RUnlock()
@@ -396,7 +396,7 @@ func (c *Coordinator) watchMembers(ctx context.Context) {
 			gone := !ok || (addr != "" && a != addr)
 			switch {
 			case w == "":
-				s.orphan(served[s.model]) // orphan.go
+				s.orphan(served[s.model] || c.pipelined(s.model)) // orphan.go; pipelines.go: a plan being re-placed serves
 			case gone && time.Since(last) > workerSilence:
 				c.failover(ctx, s, w, fmt.Sprintf("worker %s failed during generation", w), true)
 			case time.Since(seen) > jobSilence:
@@ -599,6 +599,10 @@ func (s *stream) track(ce *cluster.Event) *job.Event {
 // maxFailovers bounds how often one job moves to another worker.
 const maxFailovers = 3
 
+// maxPipelineFailovers is maxFailovers for a pipelined model: any of its
+// stages' workers can fail it.
+const maxPipelineFailovers = 8
+
 // failover moves a running job whose worker (w) died or stalled to another
 // worker: it is requeued under a new id with the tokens the client already
 // has, and the new worker continues from them (job.ResumeEngine). A job
@@ -614,7 +618,15 @@ func (c *Coordinator) failover(ctx context.Context, s *stream, w, reason string,
 	for _, m := range c.workersFor(s.model) {
 		others = others || !needOther || m.Name != w
 	}
-	if !s.resumable || !others || s.attempts >= maxFailovers || s.job.Kind == job.KindEmbedding {
+	limit := maxFailovers
+	pipelined := c.pipelined(s.model)
+	if pipelined {
+		// pipelines.go: the re-placed pipeline (often headed by the same
+		// worker) takes the job from the queue; a stage lost while the job
+		// runs there is one more failover.
+		others, needOther, limit = true, false, maxPipelineFailovers
+	}
+	if !s.resumable || !others || s.attempts >= limit || s.job.Kind == job.KindEmbedding {
 		s.mu.Unlock()
 		s.fail(unavailable("%s", reason))
 		return
@@ -662,7 +674,9 @@ func (c *Coordinator) failover(ctx context.Context, s *stream, w, reason string,
 	// Published off the caller's goroutine (it may wait for a stream leader).
 	go func() {
 		defer c.requeues.Done()
-		if c.offerFailover(ctx, s, msg, w, needOther) {
+		// A pipelined model's job is not offered: the worker that lost its
+		// stage must not take it back before its new plan runs.
+		if !pipelined && c.offerFailover(ctx, s, msg, w, needOther) {
 			return
 		}
 		ack, err := c.publish(ctx, msg)

@@ -76,6 +76,9 @@ func (c *Coordinator) Status(ctx context.Context) Status {
 	}
 	fs := c.fsm.snapshot()
 	for _, m := range fs.Models {
+		if p, ok := fs.Pipelines[m.Name]; ok {
+			m.Stages = adminStages(p) // pipelines.go
+		}
 		st.Models = append(st.Models, m)
 		models[m.Name] = true
 	}

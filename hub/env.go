@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -78,4 +79,22 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// Resolver returns a function that downloads ref (ConfigFromEnv's hub,
+// made anew each time so the environment is read then) and reports its
+// progress: a worker's source of placed Hugging Face models.
+func Resolver(getenv func(string) string, stderr io.Writer) func(ctx context.Context, ref string, progress func(bytes, total int64)) (string, error) {
+	return func(ctx context.Context, ref string, progress func(bytes, total int64)) (string, error) {
+		hc, err := ConfigFromEnv(getenv, stderr)
+		if err != nil {
+			return "", err
+		}
+		hc.Progress = func(p Progress) { progress(p.Bytes, p.Total) }
+		h, err := New(hc)
+		if err != nil {
+			return "", err
+		}
+		return h.Resolve(ctx, ref)
+	}
 }

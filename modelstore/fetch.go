@@ -127,6 +127,15 @@ type Request struct {
 	// partial folder, the manifest and a function returning the verified
 	// chunks so far: pass them to Server.AddPartial to share them.
 	OnStart func(dir string, m *Manifest, have func() map[string]string)
+	// Want, if set, fetches only part of the model: the chunks for which
+	// it returns true (a pipeline stage's tensor ranges and the files it
+	// reads whole). The files keep their full size with the other bytes
+	// never written (sparse), nothing is renamed: Result.Path is in the
+	// partial folder (Dest+".partial"), Result.Partial is set, and a later
+	// Fetch of the same model (whole, or another part) resumes from the
+	// chunks already there.
+	// The chunk is bytes [off, off+n) of f.
+	Want func(f File, off, n int64) bool
 }
 
 // Result describes a finished fetch.
@@ -138,6 +147,10 @@ type Result struct {
 	Fetched int64
 	// Resumed is the number of bytes found verified from an earlier run.
 	Resumed int64
+	// Partial: only the chunks Request.Want named were fetched; Have is
+	// the done-chunk bitmap of every file then (for Server.AddPartial).
+	Partial bool
+	Have    map[string]string
 	// BadChunks counts chunks that failed verification and were fetched again.
 	BadChunks int
 	// PeerBytes is the verified bytes each peer supplied.
@@ -341,6 +354,12 @@ func (f *Fetcher) Fetch(ctx context.Context, req Request) (*Result, error) {
 		j.saveState()
 		return nil, err
 	}
+	if req.Want != nil {
+		j.saveState()
+		j.res.Path, j.res.Partial, j.res.Have = ModelPath(j.partial, man), true, j.haveMap()
+		j.f.log.Info("model part fetched", "model", req.Model, "fetched", j.res.Fetched, "resumed", j.res.Resumed, "of", man.Size(), "took", time.Since(j.start).Round(time.Millisecond))
+		return j.res, nil
+	}
 	if err := j.finish(); err != nil {
 		return nil, err
 	}
@@ -474,6 +493,11 @@ func (j *job) run(ctx context.Context) error {
 	for fi, file := range j.man.Files {
 		done := j.state.Done[file.Path]
 		for ci := range file.Chunks {
+			if j.req.Want != nil {
+				if off, n := j.man.ChunkRange(file, ci); !j.req.Want(file, off, n) {
+					continue
+				}
+			}
 			if done[ci] == '1' {
 				off, n := j.man.ChunkRange(file, ci)
 				if _, err := j.files[fi].ReadAt(buf[:n], off); err == nil && j.man.VerifyChunk(file, ci, buf[:n]) == nil {

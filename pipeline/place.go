@@ -31,8 +31,14 @@ type ModelSize struct {
 // SizeOf is the ModelSize of a whole checkpoint with a KV cache of
 // kvValueBytes per value (4: float32, 2: f16) and float32 recurrent state.
 func SizeOf(ck *checkpoint.Checkpoint, kvValueBytes int) ModelSize {
-	c := ck.Config()
 	layers, embed, head := ck.LayerBytes()
+	return SizeOfConfig(ck.Config(), layers, embed, head, kvValueBytes)
+}
+
+// SizeOfConfig is SizeOf from a model's Config and its weight bytes by
+// layer, embedding and head (e.g. from checkpoint.TensorRanges, without
+// opening the weights).
+func SizeOfConfig(c *checkpoint.Config, layers []int64, embed, head int64, kvValueBytes int) ModelSize {
 	s := ModelSize{Layers: layers, Embed: embed, Head: head,
 		KVPerToken: make([]int64, len(layers)), StatePerSeq: make([]int64, len(layers))}
 	kvHeads, headDim := c.NumKeyValueHeads, c.HeadDim

@@ -36,6 +36,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/api/openai"
 	"github.com/macpool/macpool/cluster"
 	"github.com/macpool/macpool/job"
@@ -53,6 +54,14 @@ type ModelsConfig struct {
 	// Load loads the model at path (a folder or a .gguf file) into an
 	// engine; close releases it.
 	Load func(ctx context.Context, name, path string) (eng Engine, close func() error, err error)
+	// LoadStage loads this worker's stage of a pipelined model from path
+	// (a whole copy, or one holding only the stage's ranges) and joins the
+	// plan; eng is nil unless the worker runs the first stage, whose engine
+	// serves the model's jobs. Nil: the worker takes no stages.
+	LoadStage func(ctx context.Context, name, path string, plan cluster.PipelinePlan) (eng Engine, close func() error, err error)
+	// Layout reads the layout of the model at path (headers only), for the
+	// leader's pipeline placement. Nil: never reported.
+	Layout func(path string) (*admin.ModelLayout, error)
 	// Resolve downloads a Hugging Face reference into the local cache and
 	// returns its path, reporting progress (bytes so far, total or -1).
 	// Nil: such models only come from peers.
@@ -112,11 +121,17 @@ type placedState struct {
 	mu     sync.Mutex
 	nc     *nats.Conn
 	models map[string]*placedModel
+	// lost maps a model to the assignment key whose engine was lost (a
+	// pipeline stage died): not installed again until the key changes.
+	lost map[string]string
+	// parts are the stage fetches done (stages.go), by model.
+	parts map[string]*stagePart
 }
 
 // placedModel is an assigned model being installed, or loaded.
 type placedModel struct {
 	name     string
+	key      string             // assignKey of the assignment it installs
 	cancel   context.CancelFunc // of the install, and of the pull loops once loaded
 	progress cluster.ModelProgress
 	eng      Engine
@@ -141,6 +156,8 @@ func (w *Worker) initPlaced() error {
 	p := &w.placed
 	p.cfg = pc
 	p.models = map[string]*placedModel{}
+	p.lost = map[string]string{}
+	p.parts = map[string]*stagePart{}
 	// With a cluster secret the store speaks mutual TLS (certificates from
 	// the cluster CA: peers are authenticated, weights are not readable on
 	// the LAN) and requests carry a token keyed by a derived key.
@@ -211,6 +228,9 @@ func (w *Worker) initPlaced() error {
 		host, _, _ = net.SplitHostPort(w.ml.Addr())
 	}
 	w.meta.Store = net.JoinHostPort(host, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	if w.cfg.Pipeline != "" && pc.LoadStage != nil {
+		w.meta.Pipeline = advertised(w.cfg.Pipeline, w.ml.Addr()) // stages.go
+	}
 	p.static = w.cfg.Engine
 	if ps, ok := p.static.(PrefixSummarizer); ok {
 		w.cfg.Engine = placedPrefixEngine{placedEngine{w}, ps}
@@ -254,34 +274,45 @@ func (w *Worker) servedModels() []string {
 // placedEngine routes a job to the engine of its model.
 type placedEngine struct{ w *Worker }
 
-func (e placedEngine) engine(model string) (Engine, error) {
+// engine is the engine of model and, for a placed model, its install
+// (nil for a static model).
+func (e placedEngine) engine(model string) (Engine, *placedModel, error) {
 	p := &e.w.placed
 	if slices.Contains(e.w.cfg.Models, model) && p.static != nil {
-		return p.static, nil
+		return p.static, nil, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pm, ok := p.models[model]; ok && pm.eng != nil {
-		return pm.eng, nil
+		return pm.eng, pm, nil
 	}
-	return nil, openai.Unavailable("model %s is not loaded on worker %s", model, e.w.cfg.Name)
+	return nil, nil, openai.Unavailable("model %s is not loaded on worker %s", model, e.w.cfg.Name)
+}
+
+// lost passes err on, after unloading pm when its engine was lost
+// (stages.go): the install that ran the job, not a newer one of the model.
+func (e placedEngine) lost(pm *placedModel, err error) error {
+	if pm != nil && errors.Is(err, ErrEngineLost) {
+		e.w.engineLost(pm)
+	}
+	return err
 }
 
 func (e placedEngine) Generate(ctx context.Context, job *job.Job, emit func(*job.Event) error) error {
-	eng, err := e.engine(job.Model)
+	eng, pm, err := e.engine(job.Model)
 	if err != nil {
 		return err
 	}
-	return eng.Generate(ctx, job, emit)
+	return e.lost(pm, eng.Generate(ctx, job, emit))
 }
 
 func (e placedEngine) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error {
-	eng, err := e.engine(j.Model)
+	eng, pm, err := e.engine(j.Model)
 	if err != nil {
 		return err
 	}
 	if re, ok := eng.(ResumeEngine); ok {
-		return re.GenerateResume(ctx, j, r, emit)
+		return e.lost(pm, re.GenerateResume(ctx, j, r, emit))
 	}
 	if r != nil {
 		return openai.Unavailable("worker %s cannot resume a generation of %s (its engine reports no token ids)", e.w.cfg.Name, j.Model)
@@ -363,19 +394,37 @@ func (w *Worker) syncAssignment(ctx, pctx context.Context, nc *nats.Conn, js jet
 		return
 	}
 	want := map[string]bool{}
+	var gone []*placedModel
 	p.mu.Lock()
 	for _, m := range as.Models {
 		want[m.Name] = true
 		if slices.Contains(w.cfg.Models, m.Name) {
 			continue // served from the start
 		}
+		key := assignKey(m) // stages.go
 		pm, ok := p.models[m.Name]
-		if ok {
+		if ok && pm.key == key {
 			continue
 		}
+		if ok {
+			// Another plan (epoch) or role for the model: unload the old
+			// install, start the new one beside it.
+			delete(p.models, m.Name)
+			gone = append(gone, pm)
+		}
+		if p.lost[m.Name] == key {
+			continue // its engine was lost: wait for a new plan
+		}
+		delete(p.lost, m.Name)
 		ictx, icancel := context.WithCancel(pctx)
-		pm = &placedModel{name: m.Name, cancel: icancel, done: make(chan struct{}),
+		pm = &placedModel{name: m.Name, key: key, cancel: icancel, done: make(chan struct{}),
 			progress: cluster.ModelProgress{Worker: w.cfg.Name, Model: m.Name, State: cluster.ModelWaiting}}
+		if m.Plan != nil {
+			if i := m.Plan.Index(w.cfg.Name); i >= 0 {
+				pm.progress.Stage = fmt.Sprintf("layers [%d,%d)", m.Plan.Stages[i].First, m.Plan.Stages[i].Last)
+				pm.progress.Epoch = m.Plan.Epoch
+			}
+		}
 		p.models[m.Name] = pm
 		wg.Add(1)
 		go func() {
@@ -384,7 +433,6 @@ func (w *Worker) syncAssignment(ctx, pctx context.Context, nc *nats.Conn, js jet
 			w.install(ctx, ictx, m, pm, nc, js, wg)
 		}()
 	}
-	var gone []*placedModel
 	for name, pm := range p.models {
 		if !want[name] {
 			delete(p.models, name)
@@ -453,7 +501,13 @@ func (w *Worker) install(ctx, ictx context.Context, m cluster.AssignedModel, pm 
 			case <-time.After(wait):
 			}
 		}
-		path, from, digest, err := w.obtain(ictx, m, waitingSince)
+		var path, from, digest string
+		var err error
+		if m.Plan != nil {
+			path, from, digest, err = w.obtainStage(ictx, m, waitingSince) // stages.go
+		} else {
+			path, from, digest, err = w.obtain(ictx, m, waitingSince)
+		}
 		if errors.Is(err, errNoPeer) {
 			w.setProgress(pm, func(p *cluster.ModelProgress) { p.State, p.Error = cluster.ModelWaiting, "" })
 			wait = w.placed.cfg.PollInterval
@@ -468,13 +522,28 @@ func (w *Worker) install(ctx, ictx context.Context, m cluster.AssignedModel, pm 
 			w.setProgress(pm, func(p *cluster.ModelProgress) { p.State, p.Error = cluster.ModelFailed, err.Error() })
 			continue
 		}
+		if m.StoreOnly {
+			// Too big for any worker: report the layout, load nothing.
+			if err := w.storeOnly(pm, path, from, digest); err != nil { // stages.go
+				log.Warn("model layout", "path", path, "err", err)
+				w.setProgress(pm, func(p *cluster.ModelProgress) { p.State, p.Error = cluster.ModelFailed, err.Error() })
+				continue
+			}
+			return
+		}
 		w.setProgress(pm, func(p *cluster.ModelProgress) {
 			p.State, p.From, p.Digest, p.Error = cluster.ModelLoading, from, digest, ""
-			if p.Total > 0 {
+			if p.Total > 0 && m.Plan == nil {
 				p.Bytes = p.Total
 			}
 		})
-		eng, closeEng, err := w.placed.cfg.Load(ictx, m.Name, path)
+		var eng Engine
+		var closeEng func() error
+		if m.Plan != nil {
+			eng, closeEng, err = w.placed.cfg.LoadStage(ictx, m.Name, path, *m.Plan)
+		} else {
+			eng, closeEng, err = w.placed.cfg.Load(ictx, m.Name, path)
+		}
 		if err != nil {
 			if ictx.Err() != nil {
 				return
@@ -491,7 +560,7 @@ func (w *Worker) install(ctx, ictx context.Context, m cluster.AssignedModel, pm 
 		}
 		pm.eng, pm.closeEng = eng, closeEng
 		pm.progress.State = cluster.ModelReady
-		for i := 0; i < w.cfg.Slots; i++ {
+		for i := 0; i < w.cfg.Slots && eng != nil; i++ { // a later pipeline stage takes no jobs
 			pm.loops.Add(1)
 			wg.Add(1)
 			go func() { defer wg.Done(); defer pm.loops.Done(); w.pullLoop(ctx, ictx, nc, js, m.Name) }()

@@ -80,7 +80,17 @@ type Config struct {
 	// place on it besides Models, and share its models with peers
 	// (models.go). Models and Engine may then be empty.
 	Placed *ModelsConfig
-	Logger *slog.Logger
+	// MemoryLimit, if positive, is the most memory in bytes this worker's
+	// models may use (--memory-limit): it is gossiped (Meta.MemLimit) and
+	// caps the memory it reports, so placement gives it no more; the
+	// loader refuses bigger loads.
+	MemoryLimit int64
+	// Pipeline is the address of this worker's pipeline listener
+	// (pipeline.Server.Addr), gossiped so that placement can make it a
+	// stage of a pipelined model (stages.go); an unspecified host is
+	// replaced by the gossip host. "": it takes no stages.
+	Pipeline string
+	Logger   *slog.Logger
 }
 
 // DefaultConfig returns a worker configuration with one slot.
@@ -123,6 +133,9 @@ func (c Config) Validate() error {
 	}
 	if c.DrainTimeout < 0 {
 		return fmt.Errorf("worker: drain timeout %v must not be negative", c.DrainTimeout)
+	}
+	if c.MemoryLimit < 0 {
+		return fmt.Errorf("worker: memory limit %d must not be negative", c.MemoryLimit)
 	}
 	return nil
 }
@@ -174,7 +187,11 @@ func New(cfg Config) (*Worker, error) {
 			Chip: hw.Chip, Cores: hw.Cores, MemoryMB: hw.MemoryMB,
 			GPUCores: hw.GPUCores, GPUWorkingMB: hw.GPUWorkingMB,
 			Models: cfg.Models, Slots: cfg.Slots, Free: cfg.Slots,
+			MemLimit: cfg.MemoryLimit,
 		},
+	}
+	if mb := cfg.MemoryLimit >> 20; cfg.MemoryLimit > 0 && (w.meta.MemoryMB == 0 || w.meta.MemoryMB > mb) {
+		w.meta.MemoryMB = max(mb, 1)
 	}
 	for i := 0; i < cfg.Slots; i++ {
 		w.sem <- struct{}{}
@@ -505,6 +522,13 @@ func (w *Worker) runJob(ctx context.Context, nc *nats.Conn, msg jetstream.Msg) {
 	switch {
 	case err == nil:
 		send(cluster.FrameEnd, nil)
+	case errors.Is(err, ErrEngineLost) && jctx.Err() == nil:
+		// A pipeline stage of the model died: no fault of the job. The
+		// model stopped taking jobs here until its new plan runs
+		// (placedEngine.lost), and the coordinator resumes the job from
+		// the client's tokens (stages.go).
+		log.Info("engine lost; handing job back", "err", err)
+		send(cluster.FrameHandoff, []byte(w.cfg.Name))
 	case jctx.Err() != nil && (w.drain.handoff.Load() || ctx.Err() != nil):
 		// drain: stopped by a drain deadline or a shutdown; the
 		// coordinator moves the job to another worker from the tokens

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 
 	"github.com/macpool/macpool/hub"
+	"github.com/macpool/macpool/loader"
 	"github.com/macpool/macpool/runner"
 	"github.com/macpool/macpool/worker"
 )
@@ -17,13 +19,15 @@ import (
 // placedFlags are the worker flags for models placed by the coordinators
 // (macpool models add; worker/models.go).
 type placedFlags struct {
-	listen string
-	dir    string
+	listen   string
+	dir      string
+	memLimit runner.Bytes
 }
 
 func (f *placedFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "model-store", "0.0.0.0:0", `listen address of the model store that shares this worker's models with its peers (port 0: any); "off": serve only -model, take no placed models`)
 	fs.StringVar(&f.dir, "models-dir", "", "folder for models pulled from peers (default: DATA-DIR/models)")
+	fs.Var(&f.memLimit, "memory-limit", "most memory placed models may use, e.g. 8GiB (gossiped: placement splits a model that fits no worker over several as a pipeline)")
 }
 
 func (f *placedFlags) enabled() bool { return f.listen != "off" }
@@ -40,13 +44,15 @@ func (f *placedFlags) engine(wf *workerFlags, logger *slog.Logger) (worker.Engin
 	return wf.engine(logger)
 }
 
-// apply sets cfg.Placed (and drops the empty static model name).
-func (f *placedFlags) apply(cfg *worker.Config, cf *clusterFlags, wf *workerFlags, model string, logger *slog.Logger, stderr io.Writer) error {
+// apply sets cfg.Placed (and drops the empty static model name); the
+// loader it returns (nil without placed models) loads them and serves the
+// pipeline listener.
+func (f *placedFlags) apply(cfg *worker.Config, cf *clusterFlags, wf *workerFlags, model string, logger *slog.Logger, stderr io.Writer) (*loader.Loader, error) {
 	if model == "" {
 		cfg.Models = nil
 	}
 	if !f.enabled() {
-		return nil
+		return nil, nil
 	}
 	pc := worker.DefaultModelsConfig()
 	pc.Listen = f.listen
@@ -57,28 +63,23 @@ func (f *placedFlags) apply(cfg *worker.Config, cf *clusterFlags, wf *workerFlag
 	if model != "" && wf.model != "" && wf.backend != "test" {
 		pc.Offer = map[string]string{model: wf.model} // share -model with peers
 	}
-	pc.Load = func(ctx context.Context, name, path string) (worker.Engine, func() error, error) {
-		if wf.backend == "test" {
+	if wf.backend == "test" {
+		pc.Load = func(context.Context, string, string) (worker.Engine, func() error, error) {
 			return worker.WithPrefixKeys(&worker.TestEngine{TokenDelay: wf.tokenDelay}), func() error { return nil }, nil
 		}
-		e, err := runner.New(wf.settings().Config(path, name), logger)
-		if err != nil {
-			return nil, nil, fmt.Errorf("load model %s from %s: %w", name, path, err)
-		}
-		return e, e.Close, nil
 	}
-	pc.Resolve = func(ctx context.Context, ref string, progress func(bytes, total int64)) (string, error) {
-		hc, err := hub.ConfigFromEnv(os.Getenv, stderr)
-		if err != nil {
-			return "", err
-		}
-		hc.Progress = func(p hub.Progress) { progress(p.Bytes, p.Total) }
-		h, err := hub.New(hc)
-		if err != nil {
-			return "", err
-		}
-		return h.Resolve(ctx, ref)
-	}
+	pc.Resolve = hub.Resolver(os.Getenv, stderr)
 	cfg.Placed = &pc
-	return nil
+	lc := loader.Config{Name: cfg.Name, Settings: wf.settings(), MemoryLimit: int64(f.memLimit), Logger: logger}
+	if host, _, err := net.SplitHostPort(cf.gossip); err == nil && cfg.Secret != nil && wf.backend != "test" {
+		lc.Pipeline = net.JoinHostPort(host, "0") // the stage connections need the cluster's TLS
+		if lc.TLS, err = cfg.Secret.NodeTLS(cfg.Name); err != nil {
+			return nil, err
+		}
+	}
+	l, err := loader.New(lc)
+	if err == nil {
+		l.Apply(cfg)
+	}
+	return l, err
 }

@@ -151,11 +151,13 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 	cfg.DrainTimeout = f.drain
 	cfg.Logger = logger
 	cfg.Secret = secret
-	if err := f.placed.apply(&cfg, cf, f, model, logger, os.Stderr); err != nil { // placed models
+	ld, err := f.placed.apply(&cfg, cf, f, model, logger, os.Stderr) // placed models (models_worker.go)
+	if err != nil {
 		closeEngine()
 		return err
 	}
-	sleep, err := f.sleep.start(logger) // worker_sleep.go: nil without -sleep-drain
+	g.Go(func() error { return ld.Run(ctx) }) // the worker's run below closes it
+	sleep, err := f.sleep.start(logger)       // worker_sleep.go: nil without -sleep-drain
 	if err != nil {
 		closeEngine()
 		return err
@@ -171,6 +173,7 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 		// worker_sleep.go: a system sleep drains, the wake rejoins.
 		err := sleep.run(ctx, w, cfg, logger)
 		sleep.close()
+		ld.Close()
 		if cerr := closeEngine(); err == nil {
 			err = cerr
 		}

@@ -70,6 +70,7 @@ type File struct {
 	infos     []TensorInfo
 	byName    map[string]int
 	data      []byte // the data section
+	dataStart int64  // its file offset
 	alignment uint64
 	unmap     func() error
 
@@ -116,6 +117,10 @@ func (f *File) Path() string { return f.path }
 
 // Version is the GGUF format version (2 or 3).
 func (f *File) Version() uint32 { return f.version }
+
+// DataStart is the file offset of the data section: a tensor's bytes are
+// [DataStart+Offset, DataStart+Offset+Size) of the file.
+func (f *File) DataStart() int64 { return f.dataStart }
 
 // Alignment is the data alignment (general.alignment, default 32).
 func (f *File) Alignment() uint64 { return f.alignment }
@@ -363,6 +368,7 @@ func (p *parser) file(name string) (*File, error) {
 		return nil, fmt.Errorf("data section would start at byte %d, past the end of the file (%d bytes)", start, len(p.b))
 	}
 	f.data = p.b[start:]
+	f.dataStart = int64(start)
 	for i := range f.infos {
 		ti := &f.infos[i]
 		if ti.Offset%f.alignment != 0 {
