@@ -210,7 +210,8 @@ type Input struct {
 	S128 []int32
 	S6   []int32
 
-	x8 input8 // the rows of the 8-row kernels, interleaved (pack.go; QuantizeRows fills it)
+	x8  input8  // the rows of the 8-row kernels, interleaved (pack.go; QuantizeRows fills it)
+	x16 input16 // the scales and corrections of the AMX kernels' 16-row tiles (amx.go)
 }
 
 // Reset points in at x [M, K] and sizes the quantized buffers; it does not
@@ -221,6 +222,7 @@ func (in *Input) Reset(x []float32, M, K int) {
 	}
 	in.M, in.K, in.X = M, K, x[:M*K]
 	in.x8.rows, in.x8.m = 0, 0
+	in.x16.rows = 0
 	if K%QK != 0 {
 		return
 	}
@@ -237,6 +239,7 @@ func (in *Input) Reset(x []float32, M, K int) {
 	}
 	in.S6 = in.S6[:2*nb]
 	in.x8.reset(M, K)
+	in.x16.reset(M, K)
 }
 
 // QuantizeRows quantizes rows [r0, r1) of the input (K must be a multiple
@@ -255,6 +258,7 @@ func (in *Input) QuantizeRows(r0, r1 int) {
 		halfSums(q, in.S6[2*b0:2*(b0+nb)])
 	}
 	in.x8.fill(in, r0, r1)
+	in.x16.fill(in, r0, r1)
 }
 
 // MatMul sets dst[i*ldd+n] = Σ_k x[i,k]·w[n,k] for every input row i and

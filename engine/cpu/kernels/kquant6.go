@@ -229,17 +229,17 @@ const q6ChunkBytes = 128 << 10
 // then the 16 half sums (row r: 8+2r, 9+2r).
 const q6x8Words = 24
 
-// q6x8 interleaves the scales and half sums of the rows [0, M&^7) for the
-// 8-row kernel: row group j, block b at (j·nb + b)·q6x8Words.
-func q6x8(in *Input, buf []uint32) []uint32 {
+// q6x8 interleaves the scales and half sums of the rows [from, M&^7) for
+// the 8-row kernel (as q5x8): row group j, block b at (j·nb + b)·q6x8Words.
+func q6x8(in *Input, buf []uint32, from int) []uint32 {
 	nb := in.K / QK
 	m8 := in.M &^ 7
-	n := m8 / 8 * nb * q6x8Words // every word is written below
+	n := m8 / 8 * nb * q6x8Words // every word of the rows from `from` on is written below
 	if cap(buf) < n {
 		buf = make([]uint32, n)
 	}
 	buf = buf[:n]
-	for row := range m8 {
+	for row := from; row < m8; row++ {
 		j, r := row/8, row%8
 		for b := range nb {
 			e := buf[(j*nb+b)*q6x8Words:]
@@ -270,17 +270,25 @@ func matmulKQ(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 	g0, g1 := n0/packRows, (n1+packRows-1)/packRows
 	full := n1 / packRows
 	gc := max(1, q6ChunkBytes/(nsb*sbCodes))
+	m16, s := amxRows(m, in)
+	if s != nil {
+		defer amxScratches.Put(s)
+	}
 	var x8 []uint32
-	if in.M >= 8 && kqMultiRow() {
+	if in.M-m16 >= 8 && kqMultiRow() {
 		p := kqx8s.Get().(*[]uint32)
 		defer kqx8s.Put(p)
-		*p = interleave(in, *p)
+		*p = interleave(in, *p, m16)
 		x8 = *p
 	}
-	var tmp [packRows * 8]float32
+	var tmp [packRows * 16]float32
 	for c0 := g0; c0 < g1; c0 += gc {
 		c1 := min(g1, c0+gc)
-		for i := 0; i < in.M; {
+		i := 0
+		for ; i < m16; i += 16 {
+			amxTile(m, dst, ldd, in, i, c0, c1, full, tmp[:], s)
+		}
+		for i < in.M {
 			cols := 1
 			switch {
 			case in.M-i >= 8:
