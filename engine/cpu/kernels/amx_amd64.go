@@ -35,59 +35,97 @@ var amxConfig = func() *[64]byte {
 }()
 
 // amxScratch is the kernels' per-call scratch: the int32 sums of two
-// pairs of blocks and the unpacked 4-bit codes of two pairs (6 KiB; see
-// amx_amd64.s).
-type amxScratch [6 << 10]byte
+// pairs of blocks (4 KiB, see amx_amd64.s) and a chunk of weight groups'
+// 4-bit codes unpacked to bytes (512 per block).
+type amxScratch struct {
+	sums  [4 << 10]byte
+	codes []byte
+}
 
-// amxTile runs the AMX kernel for the activation rows [i, i+16) over the
+// amxTiles runs the AMX kernels for the activation rows [0, m16) over the
 // weight groups [c0, c1) (full: the groups whose 16 rows all exist; a
-// partial last group goes through tmp, 16×16 floats).
-func amxTile(m *Matrix, dst []float32, ldd int, in *Input, i, c0, c1, full int, tmp []float32, s *amxScratch) {
-	if end := min(c1, full); end > c0 {
-		amxKernel(m, c0, end-c0, in, i, dst[i*ldd+c0*packRows:], ldd, s)
+// partial last group goes through tmp, 16×16 floats). 4-bit weights are
+// unpacked once per call for all the row tiles: the chunk (~128 KiB
+// packed, 2× unpacked) stays in L2 while each row tile, in L1, passes over
+// it, as the Q8_0 blocks do.
+func amxTiles(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1, full int, tmp []float32, s *amxScratch) {
+	if m.Format != tensor.Q8_0 {
+		gb := m.nb * 512 // unpacked bytes per group
+		if n := (c1 - c0) * gb; cap(s.codes) < n {
+			s.codes = make([]byte, n)
+		}
+		for g := c0; g < c1; g++ {
+			amxUnpack(m, g, s.codes[(g-c0)*gb:(g-c0+1)*gb])
+		}
 	}
-	if c1 > full {
-		g := c1 - 1
-		amxKernel(m, g, 1, in, i, tmp, packRows, s)
-		rows := m.Rows - g*packRows
-		for c := range 16 {
-			copy(dst[(i+c)*ldd+g*packRows:(i+c)*ldd+g*packRows+rows], tmp[c*packRows:c*packRows+rows])
+	for i := 0; i < m16; i += 16 {
+		if end := min(c1, full); end > c0 {
+			amxKernel(m, c0, end-c0, in, i, dst[i*ldd+c0*packRows:], ldd, s, 0)
+		}
+		if c1 > full { // the last, partial group
+			g := c1 - 1
+			amxKernel(m, g, 1, in, i, tmp, packRows, s, (g-c0)*m.nb*512)
+			rows := m.Rows - g*packRows
+			for c := range 16 {
+				copy(dst[(i+c)*ldd+g*packRows:(i+c)*ldd+g*packRows+rows], tmp[c*packRows:c*packRows+rows])
+			}
 		}
 	}
 }
 
-func amxKernel(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ldd int, s *amxScratch) {
+// amxUnpack unpacks the 4-bit codes of group g into codes.
+func amxUnpack(m *Matrix, g int, codes []byte) {
+	nb := m.nb
+	_ = codes[nb*512-1]
+	if m.layout == layoutQ4K {
+		w := m.data[g*nb*q4BlockBytes : (g+1)*nb*q4BlockBytes]
+		unpackQ4AMX(&w[0], q4BlockBytes, nb, &codes[0])
+		return
+	}
+	gs := m.groupStride()
+	w := m.data[g*gs : (g+1)*gs]
+	unpackQ4AMX(&w[packScales], packBlockQ4, nb, &codes[0])
+}
+
+// amxKernel: ngroups groups from g × the activation rows [i, i+16); 4-bit
+// weights read their unpacked codes from s.codes at co.
+func amxKernel(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ldd int, s *amxScratch, co int) {
 	K, nb := in.K, m.nb
 	_ = dst[15*ldd+ngroups*packRows-1]
 	_ = in.Q[(i+16)*K-1]
 	o := i / 16 * nb * amxEntry
 	_ = in.x16.xds[o+nb*amxEntry-1]
-	xq, xds, cfg, buf := &in.Q[i*K], &in.x16.xds[o], &amxConfig[0], &s[0]
-	switch m.layout {
-	case layoutQ4K:
+	xq, xds, cfg, buf := &in.Q[i*K], &in.x16.xds[o], &amxConfig[0], &s.sums[0]
+	if m.Format == tensor.Q8_0 {
+		gs := m.groupStride()
+		w := m.data[g*gs : (g+ngroups)*gs]
+		gemmQ8x16AMX(&w[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg)
+		return
+	}
+	codes := s.codes[co : co+ngroups*nb*512]
+	if m.layout == layoutQ4K {
 		nsb := m.Cols / tensor.QKK
 		w := m.data[g*nsb*q4SBCodes : (g+ngroups)*nsb*q4SBCodes]
 		hd := m.data[m.kqHeads+g*nsb*q5Head : m.kqHeads+(g+ngroups)*nsb*q5Head]
-		gemmQ4Kx16AMX(&w[0], &hd[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg)
-	default:
-		gs := m.groupStride()
-		w := m.data[g*gs : (g+ngroups)*gs]
-		if m.Format == tensor.Q8_0 {
-			gemmQ8x16AMX(&w[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg)
-		} else {
-			gemmQ4x16AMX(&w[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg)
-		}
+		gemmQ4Kx16AMX(&w[0], &hd[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg, &codes[0])
+		return
 	}
+	gs := m.groupStride()
+	w := m.data[g*gs : (g+ngroups)*gs]
+	gemmQ4x16AMX(&w[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg, &codes[0])
 }
 
 //go:noescape
 func gemmQ8x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte)
 
 //go:noescape
-func gemmQ4x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte)
+func gemmQ4x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte)
 
 //go:noescape
-func gemmQ4Kx16AMX(w, hd *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte)
+func gemmQ4Kx16AMX(w, hd *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte)
+
+//go:noescape
+func unpackQ4AMX(src *byte, srcStride, nb int, dst *byte)
 
 // amxOn: the AMX kernels run (tests turn VNNI off to check the other
 // paths, which takes AMX with it).

@@ -14,13 +14,12 @@
 // sequences (encodings from llvm-mc, in AT&T syntax beside each).
 //
 // Blocks go in pairs, software-pipelined: the tile products of pair p+1
-// (and, for 4-bit codes, the unpacking of pair p+2's weights) are issued
-// before the float steps of pair p read its sums, so no load waits for a
+// are issued before the float steps of pair p read its sums, so no load waits for a
 // tile store it follows closely (tile registers are not renamed, and a
 // load right after a tile store stalls until the store completes).
 // Measured (BenchmarkAMX, one thread's CPU time, [3072, 1024], M = 512, a
 // loaded 2-vCPU VM): Q8_0 238 → 341 GMAC/s over the 8-row VNNI kernel,
-// Q4_K 186 → 268, Q4_0 234 → 267 (its unpacking). Q6_K, whose scales
+// Q4_K 186 → 268, Q4_0 234 → 267 (then unpacked per pair and activation tile). Q6_K, whose scales
 // are per 16 values, would need two tile products and stores per block
 // and measured no faster: it stays on VNNI.
 //
@@ -31,15 +30,15 @@
 // layout's chunk j).
 //
 // Scratch (R10, amxScratch): sums of the pair in slot s at s·2048 (even
-// block) and s·2048+1024 (odd); unpacked 4-bit codes of the pair in slot
-// s at 4096+s·1024 (+512 for the odd block).
+// block) and s·2048+1024 (odd).
 //
 // Registers: SI weight codes of the pair being finished, AX groups left,
 // CX pairs left, DI dst of activation row 0 for the current group, DX dst
 // row stride (bytes), R8 activation quants of the pair, R9 kstride, R11
 // the interleaved scales and corrections of the 16 activation rows
 // (input16: per block 16 d, 16 S128, 16 S8 as float32), R12 = 64, R13 the
-// tile configuration, R14 store address, R15 (Q4_K) the heads. Z8 the
+// tile configuration, R14 store address, R15 (Q4_K) the heads, BX (4-bit)
+// the unpacked codes of the pair. Z8 the
 // weight rows' scales, Z9 the nibble mask, Z10/Z11 Q4_K block scale and
 // min, Z12 Q4_K dmin/128, Z13 1/128, Z16-Z31 the float sums of the 16
 // activation rows.
@@ -429,11 +428,52 @@ gemmq8x16amxdone:
 	VZEROUPPER
 	RET
 
-// The 4-bit kernels unpack each block's nibbles to 512 bytes of codes
-// (low nibbles: tile rows 0-3, high: 4-7) for the weight tile.
+// The 4-bit kernels read codes that unpackQ4AMX has unpacked to bytes
+// (512 bytes per block, tile rows 0-3 the low nibbles, 4-7 the high ones;
+// the groups back to back), once for every activation tile that passes
+// over them; SI still walks the packed blocks for their scales (Q4_0).
 
-// func gemmQ4x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte)
-TEXT ·gemmQ4x16AMX(SB), NOSPLIT, $0-80
+// func unpackQ4AMX(src *byte, srcStride, nb int, dst *byte)
+// The nibble chunks of nb blocks (src, src+srcStride, ...: 4 chunks of 64
+// bytes each) to 512 bytes of codes per block at dst.
+TEXT ·unpackQ4AMX(SB), NOSPLIT, $0-32
+	MOVQ src+0(FP), SI
+	MOVQ srcStride+8(FP), AX
+	MOVQ nb+16(FP), CX
+	MOVQ dst+24(FP), R10
+	MOVL $0x0f0f0f0f, BX
+	VPBROADCASTD BX, Z9
+
+unpackq4loop:
+	VPANDD    0(SI), Z9, Z0
+	VPSRLW    $4, 0(SI), Z4
+	VPANDD    64(SI), Z9, Z1
+	VPSRLW    $4, 64(SI), Z5
+	VPANDD    128(SI), Z9, Z2
+	VPSRLW    $4, 128(SI), Z6
+	VPANDD    192(SI), Z9, Z3
+	VPSRLW    $4, 192(SI), Z7
+	VPANDD    Z9, Z4, Z4
+	VPANDD    Z9, Z5, Z5
+	VPANDD    Z9, Z6, Z6
+	VPANDD    Z9, Z7, Z7
+	VMOVDQU32 Z0, 0(R10)
+	VMOVDQU32 Z1, 64(R10)
+	VMOVDQU32 Z2, 128(R10)
+	VMOVDQU32 Z3, 192(R10)
+	VMOVDQU32 Z4, 256(R10)
+	VMOVDQU32 Z5, 320(R10)
+	VMOVDQU32 Z6, 384(R10)
+	VMOVDQU32 Z7, 448(R10)
+	ADDQ AX, SI
+	ADDQ $512, R10
+	DECQ CX
+	JNZ  unpackq4loop
+	VZEROUPPER
+	RET
+
+// func gemmQ4x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte)
+TEXT ·gemmQ4x16AMX(SB), NOSPLIT, $0-88
 	MOVQ w+0(FP), SI
 	MOVQ ngroups+16(FP), AX
 	MOVQ dst+48(FP), DI
@@ -445,6 +485,7 @@ TEXT ·gemmQ4x16AMX(SB), NOSPLIT, $0-80
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x78; BYTE $0x49; BYTE $0x45; BYTE $0x00 // ldtilecfg (%r13)
 	MOVL $0x0f0f0f0f, BX
 	VPBROADCASTD BX, Z9
+	MOVQ codes+80(FP), BX
 
 gemmq4x16amxgroup:
 	VXORPS Z16, Z16, Z16
@@ -467,155 +508,30 @@ gemmq4x16amxgroup:
 	SHRQ $1, CX
 	MOVQ xq+24(FP), R8
 	MOVQ xds+40(FP), R11
-	VPANDD    32(SI), Z9, Z0
-	VPSRLW    $4, 32(SI), Z4
-	VPANDD    96(SI), Z9, Z1
-	VPSRLW    $4, 96(SI), Z5
-	VPANDD    160(SI), Z9, Z2
-	VPSRLW    $4, 160(SI), Z6
-	VPANDD    224(SI), Z9, Z3
-	VPSRLW    $4, 224(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 4096(R10)
-	VMOVDQU32 Z1, 4160(R10)
-	VMOVDQU32 Z2, 4224(R10)
-	VMOVDQU32 Z3, 4288(R10)
-	VMOVDQU32 Z4, 4352(R10)
-	VMOVDQU32 Z5, 4416(R10)
-	VMOVDQU32 Z6, 4480(R10)
-	VMOVDQU32 Z7, 4544(R10)
-	VPANDD    320(SI), Z9, Z0
-	VPSRLW    $4, 320(SI), Z4
-	VPANDD    384(SI), Z9, Z1
-	VPSRLW    $4, 384(SI), Z5
-	VPANDD    448(SI), Z9, Z2
-	VPSRLW    $4, 448(SI), Z6
-	VPANDD    512(SI), Z9, Z3
-	VPSRLW    $4, 512(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 4608(R10)
-	VMOVDQU32 Z1, 4672(R10)
-	VMOVDQU32 Z2, 4736(R10)
-	VMOVDQU32 Z3, 4800(R10)
-	VMOVDQU32 Z4, 4864(R10)
-	VMOVDQU32 Z5, 4928(R10)
-	VMOVDQU32 Z6, 4992(R10)
-	VMOVDQU32 Z7, 5056(R10)
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x08 // tileloadd 0(%r8,%r9,1), %tmm4
-	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x22; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // tileloadd 4096(%r10,%r12,1), %tmm6
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x23 // tileloadd 0(%rbx,%r12,1), %tmm6
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero %tmm0
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xc4 // tdpbsud %tmm6, %tmm4, %tmm0
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x22 // tilestored %tmm0, 0(%r10,%r12,1)
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x6c; BYTE $0x08; BYTE $0x20 // tileloadd 32(%r8,%r9,1), %tmm5
-	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x22; BYTE $0x00; BYTE $0x12; BYTE $0x00; BYTE $0x00 // tileloadd 4608(%r10,%r12,1), %tmm7
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x23; BYTE $0x00; BYTE $0x02; BYTE $0x00; BYTE $0x00 // tileloadd 512(%rbx,%r12,1), %tmm7
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero %tmm1
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xcd // tdpbsud %tmm7, %tmm5, %tmm1
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x22; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tilestored %tmm1, 1024(%r10,%r12,1)
-	CMPQ CX, $1
-	JLE gemmq4x16amxp0
-	VPANDD    608(SI), Z9, Z0
-	VPSRLW    $4, 608(SI), Z4
-	VPANDD    672(SI), Z9, Z1
-	VPSRLW    $4, 672(SI), Z5
-	VPANDD    736(SI), Z9, Z2
-	VPSRLW    $4, 736(SI), Z6
-	VPANDD    800(SI), Z9, Z3
-	VPSRLW    $4, 800(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 5120(R10)
-	VMOVDQU32 Z1, 5184(R10)
-	VMOVDQU32 Z2, 5248(R10)
-	VMOVDQU32 Z3, 5312(R10)
-	VMOVDQU32 Z4, 5376(R10)
-	VMOVDQU32 Z5, 5440(R10)
-	VMOVDQU32 Z6, 5504(R10)
-	VMOVDQU32 Z7, 5568(R10)
-	VPANDD    896(SI), Z9, Z0
-	VPSRLW    $4, 896(SI), Z4
-	VPANDD    960(SI), Z9, Z1
-	VPSRLW    $4, 960(SI), Z5
-	VPANDD    1024(SI), Z9, Z2
-	VPSRLW    $4, 1024(SI), Z6
-	VPANDD    1088(SI), Z9, Z3
-	VPSRLW    $4, 1088(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 5632(R10)
-	VMOVDQU32 Z1, 5696(R10)
-	VMOVDQU32 Z2, 5760(R10)
-	VMOVDQU32 Z3, 5824(R10)
-	VMOVDQU32 Z4, 5888(R10)
-	VMOVDQU32 Z5, 5952(R10)
-	VMOVDQU32 Z6, 6016(R10)
-	VMOVDQU32 Z7, 6080(R10)
-gemmq4x16amxp0:
 
 gemmq4x16amxloop0:
 	CMPQ CX, $1
 	JLE gemmq4x16amxnt0
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x64; BYTE $0x08; BYTE $0x40 // tileloadd 64(%r8,%r9,1), %tmm4
-	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x22; BYTE $0x00; BYTE $0x14; BYTE $0x00; BYTE $0x00 // tileloadd 5120(%r10,%r12,1), %tmm6
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x23; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tileloadd 1024(%rbx,%r12,1), %tmm6
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero %tmm0
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xc4 // tdpbsud %tmm6, %tmm4, %tmm0
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x84; BYTE $0x22; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00 // tilestored %tmm0, 2048(%r10,%r12,1)
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x6c; BYTE $0x08; BYTE $0x60 // tileloadd 96(%r8,%r9,1), %tmm5
-	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x22; BYTE $0x00; BYTE $0x16; BYTE $0x00; BYTE $0x00 // tileloadd 5632(%r10,%r12,1), %tmm7
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x23; BYTE $0x00; BYTE $0x06; BYTE $0x00; BYTE $0x00 // tileloadd 1536(%rbx,%r12,1), %tmm7
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero %tmm1
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xcd // tdpbsud %tmm7, %tmm5, %tmm1
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x22; BYTE $0x00; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // tilestored %tmm1, 3072(%r10,%r12,1)
-	CMPQ CX, $2
-	JLE gemmq4x16amxnt0
-	VPANDD    1184(SI), Z9, Z0
-	VPSRLW    $4, 1184(SI), Z4
-	VPANDD    1248(SI), Z9, Z1
-	VPSRLW    $4, 1248(SI), Z5
-	VPANDD    1312(SI), Z9, Z2
-	VPSRLW    $4, 1312(SI), Z6
-	VPANDD    1376(SI), Z9, Z3
-	VPSRLW    $4, 1376(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 4096(R10)
-	VMOVDQU32 Z1, 4160(R10)
-	VMOVDQU32 Z2, 4224(R10)
-	VMOVDQU32 Z3, 4288(R10)
-	VMOVDQU32 Z4, 4352(R10)
-	VMOVDQU32 Z5, 4416(R10)
-	VMOVDQU32 Z6, 4480(R10)
-	VMOVDQU32 Z7, 4544(R10)
-	VPANDD    1472(SI), Z9, Z0
-	VPSRLW    $4, 1472(SI), Z4
-	VPANDD    1536(SI), Z9, Z1
-	VPSRLW    $4, 1536(SI), Z5
-	VPANDD    1600(SI), Z9, Z2
-	VPSRLW    $4, 1600(SI), Z6
-	VPANDD    1664(SI), Z9, Z3
-	VPSRLW    $4, 1664(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 4608(R10)
-	VMOVDQU32 Z1, 4672(R10)
-	VMOVDQU32 Z2, 4736(R10)
-	VMOVDQU32 Z3, 4800(R10)
-	VMOVDQU32 Z4, 4864(R10)
-	VMOVDQU32 Z5, 4928(R10)
-	VMOVDQU32 Z6, 4992(R10)
-	VMOVDQU32 Z7, 5056(R10)
 gemmq4x16amxnt0:
 	VCVTPH2PS 0(SI), Z8
 	VCVTDQ2PS   0(R10), Z0
@@ -750,6 +666,7 @@ gemmq4x16amxnt0:
 	ADDQ $576, SI
 	ADDQ $64, R8
 	ADDQ $384, R11
+	ADDQ $1024, BX
 	DECQ CX
 	JZ gemmq4x16amxdone
 
@@ -757,57 +674,15 @@ gemmq4x16amxloop1:
 	CMPQ CX, $1
 	JLE gemmq4x16amxnt1
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x64; BYTE $0x08; BYTE $0x40 // tileloadd 64(%r8,%r9,1), %tmm4
-	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x22; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // tileloadd 4096(%r10,%r12,1), %tmm6
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x23; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tileloadd 1024(%rbx,%r12,1), %tmm6
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero %tmm0
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xc4 // tdpbsud %tmm6, %tmm4, %tmm0
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x22 // tilestored %tmm0, 0(%r10,%r12,1)
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x6c; BYTE $0x08; BYTE $0x60 // tileloadd 96(%r8,%r9,1), %tmm5
-	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x22; BYTE $0x00; BYTE $0x12; BYTE $0x00; BYTE $0x00 // tileloadd 4608(%r10,%r12,1), %tmm7
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x23; BYTE $0x00; BYTE $0x06; BYTE $0x00; BYTE $0x00 // tileloadd 1536(%rbx,%r12,1), %tmm7
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero %tmm1
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xcd // tdpbsud %tmm7, %tmm5, %tmm1
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x22; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tilestored %tmm1, 1024(%r10,%r12,1)
-	CMPQ CX, $2
-	JLE gemmq4x16amxnt1
-	VPANDD    1184(SI), Z9, Z0
-	VPSRLW    $4, 1184(SI), Z4
-	VPANDD    1248(SI), Z9, Z1
-	VPSRLW    $4, 1248(SI), Z5
-	VPANDD    1312(SI), Z9, Z2
-	VPSRLW    $4, 1312(SI), Z6
-	VPANDD    1376(SI), Z9, Z3
-	VPSRLW    $4, 1376(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 5120(R10)
-	VMOVDQU32 Z1, 5184(R10)
-	VMOVDQU32 Z2, 5248(R10)
-	VMOVDQU32 Z3, 5312(R10)
-	VMOVDQU32 Z4, 5376(R10)
-	VMOVDQU32 Z5, 5440(R10)
-	VMOVDQU32 Z6, 5504(R10)
-	VMOVDQU32 Z7, 5568(R10)
-	VPANDD    1472(SI), Z9, Z0
-	VPSRLW    $4, 1472(SI), Z4
-	VPANDD    1536(SI), Z9, Z1
-	VPSRLW    $4, 1536(SI), Z5
-	VPANDD    1600(SI), Z9, Z2
-	VPSRLW    $4, 1600(SI), Z6
-	VPANDD    1664(SI), Z9, Z3
-	VPSRLW    $4, 1664(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 5632(R10)
-	VMOVDQU32 Z1, 5696(R10)
-	VMOVDQU32 Z2, 5760(R10)
-	VMOVDQU32 Z3, 5824(R10)
-	VMOVDQU32 Z4, 5888(R10)
-	VMOVDQU32 Z5, 5952(R10)
-	VMOVDQU32 Z6, 6016(R10)
-	VMOVDQU32 Z7, 6080(R10)
 gemmq4x16amxnt1:
 	VCVTPH2PS 0(SI), Z8
 	VCVTDQ2PS   2048(R10), Z0
@@ -942,6 +817,7 @@ gemmq4x16amxnt1:
 	ADDQ $576, SI
 	ADDQ $64, R8
 	ADDQ $384, R11
+	ADDQ $1024, BX
 	DECQ CX
 	JZ gemmq4x16amxdone
 	JMP gemmq4x16amxloop0
@@ -991,8 +867,8 @@ gemmq4x16amxdone:
 // the scales a = d·sc (Z10) and mins mb = (dmin/128)·m (Z11) as
 // kquant5_amd64.s SCALES5 computes them.
 
-// func gemmQ4Kx16AMX(w, hd *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte)
-TEXT ·gemmQ4Kx16AMX(SB), NOSPLIT, $0-88
+// func gemmQ4Kx16AMX(w, hd *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte)
+TEXT ·gemmQ4Kx16AMX(SB), NOSPLIT, $0-96
 	MOVQ w+0(FP), SI
 	MOVQ ngroups+24(FP), AX
 	MOVQ dst+56(FP), DI
@@ -1007,6 +883,7 @@ TEXT ·gemmQ4Kx16AMX(SB), NOSPLIT, $0-88
 	VPBROADCASTD BX, Z9
 	MOVL $0x3c000000, BX
 	VPBROADCASTD BX, Z13
+	MOVQ codes+88(FP), BX
 
 gemmq4kx16amxgroup:
 	VXORPS Z16, Z16, Z16
@@ -1029,155 +906,30 @@ gemmq4kx16amxgroup:
 	SHRQ $1, CX
 	MOVQ xq+32(FP), R8
 	MOVQ xds+48(FP), R11
-	VPANDD    0(SI), Z9, Z0
-	VPSRLW    $4, 0(SI), Z4
-	VPANDD    64(SI), Z9, Z1
-	VPSRLW    $4, 64(SI), Z5
-	VPANDD    128(SI), Z9, Z2
-	VPSRLW    $4, 128(SI), Z6
-	VPANDD    192(SI), Z9, Z3
-	VPSRLW    $4, 192(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 4096(R10)
-	VMOVDQU32 Z1, 4160(R10)
-	VMOVDQU32 Z2, 4224(R10)
-	VMOVDQU32 Z3, 4288(R10)
-	VMOVDQU32 Z4, 4352(R10)
-	VMOVDQU32 Z5, 4416(R10)
-	VMOVDQU32 Z6, 4480(R10)
-	VMOVDQU32 Z7, 4544(R10)
-	VPANDD    256(SI), Z9, Z0
-	VPSRLW    $4, 256(SI), Z4
-	VPANDD    320(SI), Z9, Z1
-	VPSRLW    $4, 320(SI), Z5
-	VPANDD    384(SI), Z9, Z2
-	VPSRLW    $4, 384(SI), Z6
-	VPANDD    448(SI), Z9, Z3
-	VPSRLW    $4, 448(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 4608(R10)
-	VMOVDQU32 Z1, 4672(R10)
-	VMOVDQU32 Z2, 4736(R10)
-	VMOVDQU32 Z3, 4800(R10)
-	VMOVDQU32 Z4, 4864(R10)
-	VMOVDQU32 Z5, 4928(R10)
-	VMOVDQU32 Z6, 4992(R10)
-	VMOVDQU32 Z7, 5056(R10)
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x08 // tileloadd 0(%r8,%r9,1), %tmm4
-	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x22; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // tileloadd 4096(%r10,%r12,1), %tmm6
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x23 // tileloadd 0(%rbx,%r12,1), %tmm6
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero %tmm0
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xc4 // tdpbsud %tmm6, %tmm4, %tmm0
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x22 // tilestored %tmm0, 0(%r10,%r12,1)
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x6c; BYTE $0x08; BYTE $0x20 // tileloadd 32(%r8,%r9,1), %tmm5
-	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x22; BYTE $0x00; BYTE $0x12; BYTE $0x00; BYTE $0x00 // tileloadd 4608(%r10,%r12,1), %tmm7
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x23; BYTE $0x00; BYTE $0x02; BYTE $0x00; BYTE $0x00 // tileloadd 512(%rbx,%r12,1), %tmm7
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero %tmm1
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xcd // tdpbsud %tmm7, %tmm5, %tmm1
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x22; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tilestored %tmm1, 1024(%r10,%r12,1)
-	CMPQ CX, $1
-	JLE gemmq4kx16amxp0
-	VPANDD    512(SI), Z9, Z0
-	VPSRLW    $4, 512(SI), Z4
-	VPANDD    576(SI), Z9, Z1
-	VPSRLW    $4, 576(SI), Z5
-	VPANDD    640(SI), Z9, Z2
-	VPSRLW    $4, 640(SI), Z6
-	VPANDD    704(SI), Z9, Z3
-	VPSRLW    $4, 704(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 5120(R10)
-	VMOVDQU32 Z1, 5184(R10)
-	VMOVDQU32 Z2, 5248(R10)
-	VMOVDQU32 Z3, 5312(R10)
-	VMOVDQU32 Z4, 5376(R10)
-	VMOVDQU32 Z5, 5440(R10)
-	VMOVDQU32 Z6, 5504(R10)
-	VMOVDQU32 Z7, 5568(R10)
-	VPANDD    768(SI), Z9, Z0
-	VPSRLW    $4, 768(SI), Z4
-	VPANDD    832(SI), Z9, Z1
-	VPSRLW    $4, 832(SI), Z5
-	VPANDD    896(SI), Z9, Z2
-	VPSRLW    $4, 896(SI), Z6
-	VPANDD    960(SI), Z9, Z3
-	VPSRLW    $4, 960(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 5632(R10)
-	VMOVDQU32 Z1, 5696(R10)
-	VMOVDQU32 Z2, 5760(R10)
-	VMOVDQU32 Z3, 5824(R10)
-	VMOVDQU32 Z4, 5888(R10)
-	VMOVDQU32 Z5, 5952(R10)
-	VMOVDQU32 Z6, 6016(R10)
-	VMOVDQU32 Z7, 6080(R10)
-gemmq4kx16amxp0:
 
 gemmq4kx16amxloop0:
 	CMPQ CX, $1
 	JLE gemmq4kx16amxnt0
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x64; BYTE $0x08; BYTE $0x40 // tileloadd 64(%r8,%r9,1), %tmm4
-	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x22; BYTE $0x00; BYTE $0x14; BYTE $0x00; BYTE $0x00 // tileloadd 5120(%r10,%r12,1), %tmm6
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x23; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tileloadd 1024(%rbx,%r12,1), %tmm6
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero %tmm0
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xc4 // tdpbsud %tmm6, %tmm4, %tmm0
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x84; BYTE $0x22; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00 // tilestored %tmm0, 2048(%r10,%r12,1)
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x6c; BYTE $0x08; BYTE $0x60 // tileloadd 96(%r8,%r9,1), %tmm5
-	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x22; BYTE $0x00; BYTE $0x16; BYTE $0x00; BYTE $0x00 // tileloadd 5632(%r10,%r12,1), %tmm7
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x23; BYTE $0x00; BYTE $0x06; BYTE $0x00; BYTE $0x00 // tileloadd 1536(%rbx,%r12,1), %tmm7
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero %tmm1
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xcd // tdpbsud %tmm7, %tmm5, %tmm1
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x22; BYTE $0x00; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // tilestored %tmm1, 3072(%r10,%r12,1)
-	CMPQ CX, $2
-	JLE gemmq4kx16amxnt0
-	VPANDD    1024(SI), Z9, Z0
-	VPSRLW    $4, 1024(SI), Z4
-	VPANDD    1088(SI), Z9, Z1
-	VPSRLW    $4, 1088(SI), Z5
-	VPANDD    1152(SI), Z9, Z2
-	VPSRLW    $4, 1152(SI), Z6
-	VPANDD    1216(SI), Z9, Z3
-	VPSRLW    $4, 1216(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 4096(R10)
-	VMOVDQU32 Z1, 4160(R10)
-	VMOVDQU32 Z2, 4224(R10)
-	VMOVDQU32 Z3, 4288(R10)
-	VMOVDQU32 Z4, 4352(R10)
-	VMOVDQU32 Z5, 4416(R10)
-	VMOVDQU32 Z6, 4480(R10)
-	VMOVDQU32 Z7, 4544(R10)
-	VPANDD    1280(SI), Z9, Z0
-	VPSRLW    $4, 1280(SI), Z4
-	VPANDD    1344(SI), Z9, Z1
-	VPSRLW    $4, 1344(SI), Z5
-	VPANDD    1408(SI), Z9, Z2
-	VPSRLW    $4, 1408(SI), Z6
-	VPANDD    1472(SI), Z9, Z3
-	VPSRLW    $4, 1472(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 4608(R10)
-	VMOVDQU32 Z1, 4672(R10)
-	VMOVDQU32 Z2, 4736(R10)
-	VMOVDQU32 Z3, 4800(R10)
-	VMOVDQU32 Z4, 4864(R10)
-	VMOVDQU32 Z5, 4928(R10)
-	VMOVDQU32 Z6, 4992(R10)
-	VMOVDQU32 Z7, 5056(R10)
 gemmq4kx16amxnt0:
 	TESTQ $3, CX
 	JNZ gemmq4kx16amxnh0
@@ -1330,6 +1082,7 @@ gemmq4kx16amxnh0:
 	ADDQ $512, SI
 	ADDQ $64, R8
 	ADDQ $384, R11
+	ADDQ $1024, BX
 	DECQ CX
 	JZ gemmq4kx16amxdone
 
@@ -1337,57 +1090,15 @@ gemmq4kx16amxloop1:
 	CMPQ CX, $1
 	JLE gemmq4kx16amxnt1
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x64; BYTE $0x08; BYTE $0x40 // tileloadd 64(%r8,%r9,1), %tmm4
-	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x22; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // tileloadd 4096(%r10,%r12,1), %tmm6
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x23; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tileloadd 1024(%rbx,%r12,1), %tmm6
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero %tmm0
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xc4 // tdpbsud %tmm6, %tmm4, %tmm0
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x22 // tilestored %tmm0, 0(%r10,%r12,1)
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x6c; BYTE $0x08; BYTE $0x60 // tileloadd 96(%r8,%r9,1), %tmm5
-	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x22; BYTE $0x00; BYTE $0x12; BYTE $0x00; BYTE $0x00 // tileloadd 4608(%r10,%r12,1), %tmm7
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x23; BYTE $0x00; BYTE $0x06; BYTE $0x00; BYTE $0x00 // tileloadd 1536(%rbx,%r12,1), %tmm7
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero %tmm1
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xcd // tdpbsud %tmm7, %tmm5, %tmm1
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x22; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tilestored %tmm1, 1024(%r10,%r12,1)
-	CMPQ CX, $2
-	JLE gemmq4kx16amxnt1
-	VPANDD    1024(SI), Z9, Z0
-	VPSRLW    $4, 1024(SI), Z4
-	VPANDD    1088(SI), Z9, Z1
-	VPSRLW    $4, 1088(SI), Z5
-	VPANDD    1152(SI), Z9, Z2
-	VPSRLW    $4, 1152(SI), Z6
-	VPANDD    1216(SI), Z9, Z3
-	VPSRLW    $4, 1216(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 5120(R10)
-	VMOVDQU32 Z1, 5184(R10)
-	VMOVDQU32 Z2, 5248(R10)
-	VMOVDQU32 Z3, 5312(R10)
-	VMOVDQU32 Z4, 5376(R10)
-	VMOVDQU32 Z5, 5440(R10)
-	VMOVDQU32 Z6, 5504(R10)
-	VMOVDQU32 Z7, 5568(R10)
-	VPANDD    1280(SI), Z9, Z0
-	VPSRLW    $4, 1280(SI), Z4
-	VPANDD    1344(SI), Z9, Z1
-	VPSRLW    $4, 1344(SI), Z5
-	VPANDD    1408(SI), Z9, Z2
-	VPSRLW    $4, 1408(SI), Z6
-	VPANDD    1472(SI), Z9, Z3
-	VPSRLW    $4, 1472(SI), Z7
-	VPANDD    Z9, Z4, Z4
-	VPANDD    Z9, Z5, Z5
-	VPANDD    Z9, Z6, Z6
-	VPANDD    Z9, Z7, Z7
-	VMOVDQU32 Z0, 5632(R10)
-	VMOVDQU32 Z1, 5696(R10)
-	VMOVDQU32 Z2, 5760(R10)
-	VMOVDQU32 Z3, 5824(R10)
-	VMOVDQU32 Z4, 5888(R10)
-	VMOVDQU32 Z5, 5952(R10)
-	VMOVDQU32 Z6, 6016(R10)
-	VMOVDQU32 Z7, 6080(R10)
 gemmq4kx16amxnt1:
 	TESTQ $3, CX
 	JNZ gemmq4kx16amxnh1
@@ -1540,6 +1251,7 @@ gemmq4kx16amxnh1:
 	ADDQ $512, SI
 	ADDQ $64, R8
 	ADDQ $384, R11
+	ADDQ $1024, BX
 	DECQ CX
 	JZ gemmq4kx16amxdone
 	JMP gemmq4kx16amxloop0

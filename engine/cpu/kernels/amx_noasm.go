@@ -9,6 +9,6 @@ func amxOn() bool { return false }
 
 type amxScratch struct{}
 
-func amxTile(m *Matrix, dst []float32, ldd int, in *Input, i, c0, c1, full int, tmp []float32, s *amxScratch) {
+func amxTiles(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1, full int, tmp []float32, s *amxScratch) {
 	panic("kernels: AMX kernel without AMX")
 }

@@ -155,8 +155,9 @@ func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 	for c0 := g0; c0 < g1; c0 += gc {
 		c1 := min(g1, c0+gc)
 		i := 0
-		for ; i < m16; i += 16 {
-			amxTile(m, dst, ldd, in, i, c0, c1, full, tmp[:], s)
+		if m16 > 0 {
+			amxTiles(m, dst, ldd, in, m16, c0, c1, full, tmp[:], s)
+			i = m16
 		}
 		for ; i < m8; i += 8 {
 			packedTile8(m, dst, ldd, &in.x8, i, c0, c1, full, tmp[:])
