@@ -44,7 +44,8 @@ type amxScratch struct {
 
 // amxTiles runs the AMX kernels for the activation rows [0, m16) over the
 // weight groups [c0, c1) (full: the groups whose 16 rows all exist; a
-// partial last group goes through tmp, 16×16 floats). 4-bit weights are
+// partial last group, and a padded last row tile, go through tmp, 16×16
+// floats). 4-bit weights are
 // unpacked once per call for all the row tiles: the chunk (~128 KiB
 // packed, 2× unpacked) stays in L2 while each row tile, in L1, passes over
 // it, as the Q8_0 blocks do.
@@ -59,14 +60,17 @@ func amxTiles(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1, full in
 		}
 	}
 	for i := 0; i < m16; i += 16 {
-		if end := min(c1, full); end > c0 {
+		end := min(c1, full)
+		if i+16 > in.M { // a padded last tile: its real rows, group by group
+			end = c0
+		}
+		if end > c0 {
 			amxKernel(m, c0, end-c0, in, i, dst[i*ldd+c0*packRows:], ldd, s, 0)
 		}
-		if c1 > full { // the last, partial group
-			g := c1 - 1
+		for g := end; g < c1; g++ { // through tmp
 			amxKernel(m, g, 1, in, i, tmp, packRows, s, (g-c0)*m.nb*512)
-			rows := m.Rows - g*packRows
-			for c := range 16 {
+			rows := min(packRows, m.Rows-g*packRows)
+			for c := range min(16, in.M-i) {
 				copy(dst[(i+c)*ldd+g*packRows:(i+c)*ldd+g*packRows+rows], tmp[c*packRows:c*packRows+rows])
 			}
 		}
@@ -92,10 +96,10 @@ func amxUnpack(m *Matrix, g int, codes []byte) {
 func amxKernel(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ldd int, s *amxScratch, co int) {
 	K, nb := in.K, m.nb
 	_ = dst[15*ldd+ngroups*packRows-1]
-	_ = in.Q[(i+16)*K-1]
+	_ = in.x16.q[(i+16)*K-1]
 	o := i / 16 * nb * amxEntry
 	_ = in.x16.xds[o+nb*amxEntry-1]
-	xq, xds, cfg, buf := &in.Q[i*K], &in.x16.xds[o], &amxConfig[0], &s.sums[0]
+	xq, xds, cfg, buf := &in.x16.q[i*K], &in.x16.xds[o], &amxConfig[0], &s.sums[0]
 	if m.Format == tensor.Q8_0 {
 		gs := m.groupStride()
 		w := m.data[g*gs : (g+ngroups)*gs]

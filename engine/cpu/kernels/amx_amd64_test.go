@@ -12,7 +12,8 @@ import (
 
 // TestAMXBitIdentical: the AMX kernels give the bits of the VNNI kernels
 // (8-, 4- and 1-row) for every output: Q8_0, Q4_0 and Q4_K, batches with
-// 16-row tiles and tails, partial last weight groups, the weight rows in
+// 16-row tiles, padded last tiles and tails of other kernels, partial
+// last weight groups, the weight rows in
 // worker-sized ranges.
 func TestAMXBitIdentical(t *testing.T) {
 	if !useAMX {
@@ -33,7 +34,7 @@ func TestAMXBitIdentical(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, M := range []int{16, 17, 33, 48, 64} {
+			for _, M := range []int{8, 15, 16, 17, 24, 33, 41, 48, 64} {
 				t.Run(fmt.Sprintf("%v/%dx%d/M%d", f, sh.N, sh.K, M), func(t *testing.T) {
 					x := randF32(r, M*sh.K)
 					run := func(amx bool) []float32 {

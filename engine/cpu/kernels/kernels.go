@@ -227,8 +227,8 @@ func (in *Input) Reset(x []float32, M, K int) {
 		return
 	}
 	nb := M * K / QK
-	if cap(in.Q) < M*K {
-		in.Q = make([]int8, M*K)
+	if n := amxQRows(M) * K; cap(in.Q) < n { // AMX tiles may read padding rows past M
+		in.Q = make([]int8, n)
 	}
 	if cap(in.D) < nb {
 		in.D, in.S8, in.S128 = make([]float32, nb), make([]int32, nb), make([]int32, nb)
@@ -239,7 +239,7 @@ func (in *Input) Reset(x []float32, M, K int) {
 	}
 	in.S6 = in.S6[:2*nb]
 	in.x8.reset(M, K)
-	in.x16.reset(M, K)
+	in.x16.reset(in, M, K)
 }
 
 // QuantizeRows quantizes rows [r0, r1) of the input (K must be a multiple
