@@ -212,6 +212,7 @@ type Input struct {
 
 	x8  input8  // the rows of the 8-row kernels, interleaved (pack.go; QuantizeRows fills it)
 	x16 input16 // the scales and corrections of the AMX kernels' 16-row tiles (amx.go)
+	kq  kqInput // the K-quant 8-row kernels' interleave (kquant6.go)
 }
 
 // Reset points in at x [M, K] and sizes the quantized buffers; it does not
@@ -223,6 +224,7 @@ func (in *Input) Reset(x []float32, M, K int) {
 	in.M, in.K, in.X = M, K, x[:M*K]
 	in.x8.rows, in.x8.m = 0, 0
 	in.x16.rows = 0
+	in.kq.done = false
 	if K%QK != 0 {
 		return
 	}

@@ -251,7 +251,26 @@ func q6x8(in *Input, buf []uint32, from int) []uint32 {
 	return buf
 }
 
-var kqx8s = sync.Pool{New: func() any { return new([]uint32) }}
+// kqInput is an Input's K-quant 8-row interleave (q6x8 / q5x8), built by
+// the first matmulKQ call on the input and shared by the others (the
+// backend's workers each multiply a range of weight rows with the same
+// input: rebuilding it per call cost ~5% of a Q6_K prefill).
+type kqInput struct {
+	mu   sync.Mutex
+	done bool
+	buf  []uint32
+}
+
+// get returns the interleave, building it with build on the first call
+// after Input.Reset.
+func (k *kqInput) get(build func([]uint32) []uint32) []uint32 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.done {
+		k.buf, k.done = build(k.buf), true
+	}
+	return k.buf
+}
 
 // matmulKQ drives the packed K-quant kernels (Q6_K, Q5_K, Q4_K) like
 // matmulPacked: chunks of weight groups, the activation rows 8 at a time
@@ -276,10 +295,7 @@ func matmulKQ(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 	}
 	var x8 []uint32
 	if in.M-m16 >= 8 && kqMultiRow() {
-		p := kqx8s.Get().(*[]uint32)
-		defer kqx8s.Put(p)
-		*p = interleave(in, *p, m16)
-		x8 = *p
+		x8 = in.kq.get(func(buf []uint32) []uint32 { return interleave(in, buf, m16) })
 	}
 	var tmp [packRows * 16]float32
 	for c0 := g0; c0 < g1; c0 += gc {
