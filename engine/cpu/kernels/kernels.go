@@ -222,6 +222,12 @@ func (in *Input) Reset(x []float32, M, K int) {
 		panic(fmt.Sprintf("kernels: input of %d values for [%d, %d]", len(x), M, K))
 	}
 	in.M, in.K, in.X = M, K, x[:M*K]
+	in.size()
+}
+
+// size sizes the quantized buffers for in.M rows of in.K values.
+func (in *Input) size() {
+	M, K := in.M, in.K
 	in.x8.rows, in.x8.m = 0, 0
 	in.x16.rows = 0
 	in.kq.done = false
@@ -242,6 +248,30 @@ func (in *Input) Reset(x []float32, M, K int) {
 	in.S6 = in.S6[:2*nb]
 	in.x8.reset(M, K)
 	in.x16.reset(in, M, K)
+}
+
+// GatherRows makes in the rows `rows` of src, which QuantizeRows has
+// quantized whole: the same quants, scales and corrections (the same bits
+// as quantizing those rows again), for the quantized kernels only (in.X
+// stays empty: no float path, no MatMulExact). A MoE batch quantizes its
+// tokens once for all the experts they are routed to.
+func (in *Input) GatherRows(src *Input, rows []int) {
+	K := src.K
+	if K%QK != 0 {
+		panic(fmt.Sprintf("kernels: gather rows of %d values (not a multiple of %d)", K, QK))
+	}
+	in.M, in.K, in.X = len(rows), K, nil
+	in.size()
+	nb := K / QK
+	for i, r := range rows {
+		copy(in.Q[i*K:(i+1)*K], src.Q[r*K:(r+1)*K])
+		copy(in.D[i*nb:(i+1)*nb], src.D[r*nb:(r+1)*nb])
+		copy(in.S8[i*nb:(i+1)*nb], src.S8[r*nb:(r+1)*nb])
+		copy(in.S128[i*nb:(i+1)*nb], src.S128[r*nb:(r+1)*nb])
+		copy(in.S6[2*i*nb:2*(i+1)*nb], src.S6[2*r*nb:2*(r+1)*nb])
+	}
+	in.x8.fill(in, 0, in.M)
+	in.x16.fill(in, 0, in.M)
 }
 
 // QuantizeRows quantizes rows [r0, r1) of the input (K must be a multiple
