@@ -30,7 +30,7 @@ func TestMatMulBatchInvariant(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, M := range []int{2, 3, 4, 5, 8, 9, 33} {
+			for _, M := range []int{2, 3, 4, 5, 8, 9, 33, 40} {
 				t.Run(fmt.Sprintf("exact%v/%v/M%d", cfg.ExactMatMul, f, M), func(t *testing.T) {
 					x := randn(r, M*K)
 					dst := b.NewTensor(M, N)

@@ -214,18 +214,30 @@ func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEPa
 	b.Release(logits)
 
 	clear(o.data)
+	qx := b.moeInput(xt, w) // moe.go; nil: gather float rows
+	if qx != nil {
+		defer inputs.Put(qx)
+	}
+	var sc moeScratch
 	for _, as := range r.ByExpert(E) {
 		ex := w.Experts[as.Expert]
 		n, inter := len(as.Tokens), ww(ex.Gate).rows
-		xs := b.NewTensor(n, H)
-		b.Gather(xs, x, as.Tokens)
-		y := b.expert(xs, ex, n, inter, H)
+		var y engine.Tensor
+		if qx != nil {
+			y = b.expertQuantized(qx, as.Tokens, ex, n, inter, H, &sc)
+		} else {
+			xs := b.NewTensor(n, H)
+			b.Gather(xs, x, as.Tokens)
+			y = b.expert(xs, ex, n, inter, H)
+			b.Release(xs)
+		}
 		yd := tt(y).data
 		for i, tok := range as.Tokens {
 			moe.Accumulate(o.row(tok), r.Weights[tok*r.K+as.Slots[i]], yd[i*H:(i+1)*H])
 		}
-		b.Release(xs)
-		b.Release(y)
+		if qx == nil {
+			b.Release(y)
+		}
 	}
 	if w.Shared != nil {
 		y := b.expert(x, *w.Shared, T, ww(w.Shared.Gate).rows, H)

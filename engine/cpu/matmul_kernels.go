@@ -97,6 +97,10 @@ func (b *Backend) matmulKernels(d, xt *Tensor, wt *Weight, bv []float32) {
 	if k.Quantized() && !exact {
 		b.parallel(M, max(1, 8192/K), func(lo, hi, _ int) { in.QuantizeRows(lo, hi) })
 	}
+	if !exact && bv == nil && k.Quantized() {
+		b.matmulInputs(in, []*Tensor{d}, []*Weight{wt})
+		return
+	}
 	align := k.RowAlign()
 	units := (N + align - 1) / align
 	b.parallel(units, max(1, 64/align), func(lo, hi, _ int) {
@@ -112,6 +116,34 @@ func (b *Backend) matmulKernels(d, xt *Tensor, wt *Weight, bv []float32) {
 				for n := n0; n < n1; n++ {
 					r[n] += bv[n]
 				}
+			}
+		}
+	})
+}
+
+// matmulInputs sets dsts[i] = in·ws[i]ᵀ for quantized weights with the
+// already quantized input in, in one parallel job over all the matrices'
+// weight rows (a MoE expert's gate and up share their input).
+func (b *Backend) matmulInputs(in *kernels.Input, dsts []*Tensor, ws []*Weight) {
+	type part struct {
+		k            *kernels.Matrix
+		d            []float32
+		N, align, u0 int // rows, row alignment, first unit
+	}
+	parts := make([]part, len(ws))
+	units, grain := 0, 1
+	for i, w := range ws {
+		a := w.k.RowAlign()
+		parts[i] = part{w.k, dsts[i].data, w.rows, a, units}
+		units += (w.rows + a - 1) / a
+		grain = max(grain, 64/a)
+	}
+	b.parallel(units, grain, func(lo, hi, _ int) {
+		for _, p := range parts {
+			end := p.u0 + (p.N+p.align-1)/p.align
+			l, h := max(lo, p.u0), min(hi, end)
+			if l < h {
+				p.k.MatMul(p.d, p.N, in, (l-p.u0)*p.align, min(p.N, (h-p.u0)*p.align))
 			}
 		}
 	})

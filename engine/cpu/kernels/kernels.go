@@ -210,7 +210,9 @@ type Input struct {
 	S128 []int32
 	S6   []int32
 
-	x8 input8 // the rows of the 8-row kernels, interleaved (pack.go; QuantizeRows fills it)
+	x8  input8  // the rows of the 8-row kernels, interleaved (pack.go; QuantizeRows fills it)
+	x16 input16 // the scales and corrections of the AMX kernels' 16-row tiles (amx.go)
+	kq  kqInput // the K-quant 8-row kernels' interleave (kquant6.go)
 }
 
 // Reset points in at x [M, K] and sizes the quantized buffers; it does not
@@ -220,13 +222,21 @@ func (in *Input) Reset(x []float32, M, K int) {
 		panic(fmt.Sprintf("kernels: input of %d values for [%d, %d]", len(x), M, K))
 	}
 	in.M, in.K, in.X = M, K, x[:M*K]
+	in.size()
+}
+
+// size sizes the quantized buffers for in.M rows of in.K values.
+func (in *Input) size() {
+	M, K := in.M, in.K
 	in.x8.rows, in.x8.m = 0, 0
+	in.x16.rows = 0
+	in.kq.done = false
 	if K%QK != 0 {
 		return
 	}
 	nb := M * K / QK
-	if cap(in.Q) < M*K {
-		in.Q = make([]int8, M*K)
+	if n := amxQRows(M) * K; cap(in.Q) < n { // AMX tiles may read padding rows past M
+		in.Q = make([]int8, n)
 	}
 	if cap(in.D) < nb {
 		in.D, in.S8, in.S128 = make([]float32, nb), make([]int32, nb), make([]int32, nb)
@@ -237,6 +247,31 @@ func (in *Input) Reset(x []float32, M, K int) {
 	}
 	in.S6 = in.S6[:2*nb]
 	in.x8.reset(M, K)
+	in.x16.reset(in, M, K)
+}
+
+// GatherRows makes in the rows `rows` of src, which QuantizeRows has
+// quantized whole: the same quants, scales and corrections (the same bits
+// as quantizing those rows again), for the quantized kernels only (in.X
+// stays empty: no float path, no MatMulExact). A MoE batch quantizes its
+// tokens once for all the experts they are routed to.
+func (in *Input) GatherRows(src *Input, rows []int) {
+	K := src.K
+	if K%QK != 0 {
+		panic(fmt.Sprintf("kernels: gather rows of %d values (not a multiple of %d)", K, QK))
+	}
+	in.M, in.K, in.X = len(rows), K, nil
+	in.size()
+	nb := K / QK
+	for i, r := range rows {
+		copy(in.Q[i*K:(i+1)*K], src.Q[r*K:(r+1)*K])
+		copy(in.D[i*nb:(i+1)*nb], src.D[r*nb:(r+1)*nb])
+		copy(in.S8[i*nb:(i+1)*nb], src.S8[r*nb:(r+1)*nb])
+		copy(in.S128[i*nb:(i+1)*nb], src.S128[r*nb:(r+1)*nb])
+		copy(in.S6[2*i*nb:2*(i+1)*nb], src.S6[2*r*nb:2*(r+1)*nb])
+	}
+	in.x8.fill(in, 0, in.M)
+	in.x16.fill(in, 0, in.M)
 }
 
 // QuantizeRows quantizes rows [r0, r1) of the input (K must be a multiple
@@ -255,6 +290,7 @@ func (in *Input) QuantizeRows(r0, r1 int) {
 		halfSums(q, in.S6[2*b0:2*(b0+nb)])
 	}
 	in.x8.fill(in, r0, r1)
+	in.x16.fill(in, r0, r1)
 }
 
 // MatMul sets dst[i*ldd+n] = Σ_k x[i,k]·w[n,k] for every input row i and

@@ -229,17 +229,18 @@ func dotQ5KRowGo(h *tensor.Host, r int, q []int8, d []float32, s128 []int32) flo
 // then the 8 corrections S128 as float32.
 const q5x8Words = 16
 
-// q5x8 interleaves the scales and S128 of the rows [0, M&^7) for the
+// q5x8 interleaves the scales and S128 of the rows [from, M&^7) (from a
+// multiple of 8: the rows before it go through the AMX kernels) for the
 // 8-row kernel: row group j, block b at (j·nb + b)·q5x8Words.
-func q5x8(in *Input, buf []uint32) []uint32 {
+func q5x8(in *Input, buf []uint32, from int) []uint32 {
 	nb := in.K / QK
 	m8 := in.M &^ 7
-	n := m8 / 8 * nb * q5x8Words // every word is written below
+	n := m8 / 8 * nb * q5x8Words // every word of the rows from `from` on is written below
 	if cap(buf) < n {
 		buf = make([]uint32, n)
 	}
 	buf = buf[:n]
-	for row := range m8 {
+	for row := from; row < m8; row++ {
 		j, r := row/8, row%8
 		for b := range nb {
 			e := buf[(j*nb+b)*q5x8Words:]

@@ -229,17 +229,17 @@ const q6ChunkBytes = 128 << 10
 // then the 16 half sums (row r: 8+2r, 9+2r).
 const q6x8Words = 24
 
-// q6x8 interleaves the scales and half sums of the rows [0, M&^7) for the
-// 8-row kernel: row group j, block b at (j·nb + b)·q6x8Words.
-func q6x8(in *Input, buf []uint32) []uint32 {
+// q6x8 interleaves the scales and half sums of the rows [from, M&^7) for
+// the 8-row kernel (as q5x8): row group j, block b at (j·nb + b)·q6x8Words.
+func q6x8(in *Input, buf []uint32, from int) []uint32 {
 	nb := in.K / QK
 	m8 := in.M &^ 7
-	n := m8 / 8 * nb * q6x8Words // every word is written below
+	n := m8 / 8 * nb * q6x8Words // every word of the rows from `from` on is written below
 	if cap(buf) < n {
 		buf = make([]uint32, n)
 	}
 	buf = buf[:n]
-	for row := range m8 {
+	for row := from; row < m8; row++ {
 		j, r := row/8, row%8
 		for b := range nb {
 			e := buf[(j*nb+b)*q6x8Words:]
@@ -251,7 +251,26 @@ func q6x8(in *Input, buf []uint32) []uint32 {
 	return buf
 }
 
-var kqx8s = sync.Pool{New: func() any { return new([]uint32) }}
+// kqInput is an Input's K-quant 8-row interleave (q6x8 / q5x8), built by
+// the first matmulKQ call on the input and shared by the others (the
+// backend's workers each multiply a range of weight rows with the same
+// input: rebuilding it per call cost ~5% of a Q6_K prefill).
+type kqInput struct {
+	mu   sync.Mutex
+	done bool
+	buf  []uint32
+}
+
+// get returns the interleave, building it with build on the first call
+// after Input.Reset.
+func (k *kqInput) get(build func([]uint32) []uint32) []uint32 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.done {
+		k.buf, k.done = build(k.buf), true
+	}
+	return k.buf
+}
 
 // matmulKQ drives the packed K-quant kernels (Q6_K, Q5_K, Q4_K) like
 // matmulPacked: chunks of weight groups, the activation rows 8 at a time
@@ -270,17 +289,23 @@ func matmulKQ(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 	g0, g1 := n0/packRows, (n1+packRows-1)/packRows
 	full := n1 / packRows
 	gc := max(1, q6ChunkBytes/(nsb*sbCodes))
-	var x8 []uint32
-	if in.M >= 8 && kqMultiRow() {
-		p := kqx8s.Get().(*[]uint32)
-		defer kqx8s.Put(p)
-		*p = interleave(in, *p)
-		x8 = *p
+	m16, s := amxRows(m, in)
+	if s != nil {
+		defer amxScratches.Put(s)
 	}
-	var tmp [packRows * 8]float32
+	var x8 []uint32
+	if in.M-m16 >= 8 && kqMultiRow() {
+		x8 = in.kq.get(func(buf []uint32) []uint32 { return interleave(in, buf, m16) })
+	}
+	var tmp [packRows * 16]float32
 	for c0 := g0; c0 < g1; c0 += gc {
 		c1 := min(g1, c0+gc)
-		for i := 0; i < in.M; {
+		i := 0
+		if m16 > 0 {
+			amxTiles(m, dst, ldd, in, m16, c0, c1, full, tmp[:], s)
+			i = m16
+		}
+		for i < in.M {
 			cols := 1
 			switch {
 			case in.M-i >= 8:

@@ -143,14 +143,22 @@ func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 	full := n1 / packRows // groups whose 16 rows are all wanted
 	// Chunk of groups: ~128 KiB of weights.
 	gc := max(1, (128<<10)/m.groupStride())
-	var tmp [packRows * 8]float32
+	var tmp [packRows * 16]float32
 	m8 := 0
 	if use8Rows && m.Format != tensor.MLXAffine {
 		m8 = in.x8.rows
 	}
+	m16, s := amxRows(m, in)
+	if s != nil {
+		defer amxScratches.Put(s)
+	}
 	for c0 := g0; c0 < g1; c0 += gc {
 		c1 := min(g1, c0+gc)
 		i := 0
+		if m16 > 0 {
+			amxTiles(m, dst, ldd, in, m16, c0, c1, full, tmp[:], s)
+			i = m16
+		}
 		for ; i < m8; i += 8 {
 			packedTile8(m, dst, ldd, &in.x8, i, c0, c1, full, tmp[:])
 		}

@@ -1,0 +1,136 @@
+package kernels
+
+import (
+	"github.com/macpool/macpool/engine/tensor"
+	"golang.org/x/sys/cpu"
+)
+
+// useAMX selects the AMX tile kernels (amx_amd64.s) for activation rows 16
+// at a time in prefill: Intel Xeons from Sapphire Rapids on, where the OS
+// grants the tile state (Linux: arch_prctl, amx_linux_amd64.go). They
+// compute the same int32 block sums as VPDPBUSD and then the VNNI
+// kernels' float steps, so their results are bit-identical to the other
+// kernels' (TestAMXBitIdentical) and only the speed changes: 16×16×32
+// multiply-adds per TDPBSUD instead of 16×4 per VPDPBUSD, leaving the
+// vector units the scaling only (a variable for tests and A/B runs).
+var useAMX = useVNNI && cpu.X86.HasAMXTile && cpu.X86.HasAMXInt8 && requestAMX()
+
+// amxConfig is the tile configuration the kernels load (palette 1):
+// tmm0/1 int32 sums 16×64 bytes, tmm4/5 activations 16×32, tmm6/7
+// weights 8×64.
+var amxConfig = func() *[64]byte {
+	var c [64]byte
+	c[0] = 1
+	set := func(t, rows, colsb int) {
+		c[16+2*t], c[16+2*t+1] = byte(colsb), byte(colsb>>8)
+		c[48+t] = byte(rows)
+	}
+	set(0, 16, 64)
+	set(1, 16, 64)
+	set(4, 16, 32)
+	set(5, 16, 32)
+	set(6, 8, 64)
+	set(7, 8, 64)
+	return &c
+}()
+
+// amxScratch is the kernels' per-call scratch: the int32 sums of two
+// pairs of blocks (4 KiB, see amx_amd64.s) and a chunk of weight groups'
+// 4-bit codes unpacked to bytes (512 per block).
+type amxScratch struct {
+	sums  [4 << 10]byte
+	codes []byte
+}
+
+// amxTiles runs the AMX kernels for the activation rows [0, m16) over the
+// weight groups [c0, c1) (full: the groups whose 16 rows all exist; a
+// partial last group, and a padded last row tile, go through tmp, 16×16
+// floats). 4-bit weights are
+// unpacked once per call for all the row tiles: the chunk (~128 KiB
+// packed, 2× unpacked) stays in L2 while each row tile, in L1, passes over
+// it, as the Q8_0 blocks do.
+func amxTiles(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1, full int, tmp []float32, s *amxScratch) {
+	if m.Format != tensor.Q8_0 {
+		gb := m.nb * 512 // unpacked bytes per group
+		if n := (c1 - c0) * gb; cap(s.codes) < n {
+			s.codes = make([]byte, n)
+		}
+		for g := c0; g < c1; g++ {
+			amxUnpack(m, g, s.codes[(g-c0)*gb:(g-c0+1)*gb])
+		}
+	}
+	for i := 0; i < m16; i += 16 {
+		end := min(c1, full)
+		if i+16 > in.M { // a padded last tile: its real rows, group by group
+			end = c0
+		}
+		if end > c0 {
+			amxKernel(m, c0, end-c0, in, i, dst[i*ldd+c0*packRows:], ldd, s, 0)
+		}
+		for g := end; g < c1; g++ { // through tmp
+			amxKernel(m, g, 1, in, i, tmp, packRows, s, (g-c0)*m.nb*512)
+			rows := min(packRows, m.Rows-g*packRows)
+			for c := range min(16, in.M-i) {
+				copy(dst[(i+c)*ldd+g*packRows:(i+c)*ldd+g*packRows+rows], tmp[c*packRows:c*packRows+rows])
+			}
+		}
+	}
+}
+
+// amxUnpack unpacks the 4-bit codes of group g into codes.
+func amxUnpack(m *Matrix, g int, codes []byte) {
+	nb := m.nb
+	_ = codes[nb*512-1]
+	if m.layout == layoutQ4K {
+		w := m.data[g*nb*q4BlockBytes : (g+1)*nb*q4BlockBytes]
+		unpackQ4AMX(&w[0], q4BlockBytes, nb, &codes[0])
+		return
+	}
+	gs := m.groupStride()
+	w := m.data[g*gs : (g+1)*gs]
+	unpackQ4AMX(&w[packScales], packBlockQ4, nb, &codes[0])
+}
+
+// amxKernel: ngroups groups from g × the activation rows [i, i+16); 4-bit
+// weights read their unpacked codes from s.codes at co.
+func amxKernel(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ldd int, s *amxScratch, co int) {
+	K, nb := in.K, m.nb
+	_ = dst[15*ldd+ngroups*packRows-1]
+	_ = in.x16.q[(i+16)*K-1]
+	o := i / 16 * nb * amxEntry
+	_ = in.x16.xds[o+nb*amxEntry-1]
+	xq, xds, cfg, buf := &in.x16.q[i*K], &in.x16.xds[o], &amxConfig[0], &s.sums[0]
+	if m.Format == tensor.Q8_0 {
+		gs := m.groupStride()
+		w := m.data[g*gs : (g+ngroups)*gs]
+		gemmQ8x16AMX(&w[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg)
+		return
+	}
+	codes := s.codes[co : co+ngroups*nb*512]
+	if m.layout == layoutQ4K {
+		nsb := m.Cols / tensor.QKK
+		w := m.data[g*nsb*q4SBCodes : (g+ngroups)*nsb*q4SBCodes]
+		hd := m.data[m.kqHeads+g*nsb*q5Head : m.kqHeads+(g+ngroups)*nsb*q5Head]
+		gemmQ4Kx16AMX(&w[0], &hd[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg, &codes[0])
+		return
+	}
+	gs := m.groupStride()
+	w := m.data[g*gs : (g+ngroups)*gs]
+	gemmQ4x16AMX(&w[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg, &codes[0])
+}
+
+//go:noescape
+func gemmQ8x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte)
+
+//go:noescape
+func gemmQ4x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte)
+
+//go:noescape
+func gemmQ4Kx16AMX(w, hd *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte)
+
+//go:noescape
+func unpackQ4AMX(src *byte, srcStride, nb int, dst *byte)
+
+// amxOn: the AMX kernels run (tests turn VNNI off to check the other
+// paths, which takes AMX with it).
+func amxOn() bool { return useAMX && useVNNI }

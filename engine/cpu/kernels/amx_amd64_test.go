@@ -1,0 +1,117 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	"github.com/macpool/macpool/engine/tensor"
+)
+
+// TestAMXBitIdentical: the AMX kernels give the bits of the VNNI kernels
+// (8-, 4- and 1-row) for every output: Q8_0, Q4_0 and Q4_K, batches with
+// 16-row tiles, padded last tiles and tails of other kernels, partial
+// last weight groups, the weight rows in
+// worker-sized ranges.
+func TestAMXBitIdentical(t *testing.T) {
+	if !useAMX {
+		t.Skip("no AMX on this machine")
+	}
+	r := rand.New(rand.NewPCG(91, 92))
+	shapes := []struct{ N, K int }{{40, 512}, {300, 1024}, {37, 3072}}
+	for _, f := range []tensor.Format{tensor.Q8_0, tensor.Q4_0, tensor.Q4_K} {
+		for _, sh := range shapes {
+			var m *Matrix
+			var err error
+			switch f {
+			case tensor.Q4_K:
+				m, err = PrepareQ4K(randQ4K(r, sh.N, sh.K))
+			default:
+				m, err = Prepare(randHost(r, f, sh.N, sh.K))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, M := range []int{8, 15, 16, 17, 24, 33, 41, 48, 64} {
+				t.Run(fmt.Sprintf("%v/%dx%d/M%d", f, sh.N, sh.K, M), func(t *testing.T) {
+					x := randF32(r, M*sh.K)
+					run := func(amx bool) []float32 {
+						defer func(v bool) { useAMX = v }(useAMX)
+						useAMX = amx
+						var in Input
+						in.Reset(x, M, sh.K)
+						in.QuantizeRows(M/3, M)
+						in.QuantizeRows(0, M/3)
+						got := make([]float32, M*sh.N)
+						for i := range got {
+							got[i] = float32(math.NaN())
+						}
+						step := 16 * (1 + M%3)
+						for n0 := 0; n0 < sh.N; n0 += step {
+							m.MatMul(got, sh.N, &in, n0, min(sh.N, n0+step))
+						}
+						return got
+					}
+					want, got := run(false), run(true)
+					bad := 0
+					for k, v := range got {
+						if math.Float32bits(v) != math.Float32bits(want[k]) {
+							if bad < 3 {
+								t.Errorf("row %d col %d: vnni %v, amx %v", k/sh.N, k%sh.N, want[k], v)
+							}
+							bad++
+						}
+					}
+					if bad > 0 {
+						t.Errorf("%d of %d outputs differ", bad, len(got))
+					}
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkAMX compares the AMX kernels with the VNNI ones on a [3072,
+// 1024] matrix and 64-512 activation rows (prefill), one locked thread;
+// cpuGMAC/s counts this thread's CPU time only.
+func BenchmarkAMX(b *testing.B) {
+	if !useAMX {
+		b.Skip("no AMX on this machine")
+	}
+	r := rand.New(rand.NewPCG(93, 94))
+	const N, K = 3072, 1024
+	for _, f := range []tensor.Format{tensor.Q8_0, tensor.Q4_0, tensor.Q4_K} {
+		var m *Matrix
+		var err error
+		switch f {
+		case tensor.Q4_K:
+			m, err = PrepareQ4K(randQ4K(r, N, K))
+		default:
+			m, err = Prepare(randHost(r, f, N, K))
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, M := range []int{64, 512} {
+			var in Input
+			in.Reset(randF32(r, M*K), M, K)
+			in.QuantizeRows(0, M)
+			dst := make([]float32, M*N)
+			for _, amx := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%v/M%d/amx=%v", f, M, amx), func(b *testing.B) {
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					defer func(v bool) { useAMX = v }(useAMX)
+					useAMX = amx
+					c0 := threadCPU()
+					for b.Loop() {
+						m.MatMul(dst, N, &in, 0, N)
+					}
+					b.ReportMetric(float64(M)*N*K*float64(b.N)/(threadCPU()-c0), "cpuGMAC/s")
+				})
+			}
+		}
+	}
+}
