@@ -27,6 +27,7 @@ import (
 	_ "github.com/macpool/macpool/engine/qwen"
 	"github.com/macpool/macpool/engine/synth"
 	"github.com/macpool/macpool/engine/tensor"
+	"github.com/macpool/macpool/runner"
 )
 
 // ErrConfig marks a Config that Validate (or Run, for the shape and the
@@ -50,11 +51,12 @@ type Config struct {
 	Concurrency  int    // concurrent streams through the scheduler (0: one stream on the bare model)
 	CachedPrefix int    // with Concurrency: prompt tokens shared with a warm-up request
 	Seed         uint64
-	CPUProfile   string // write a CPU profile of the timed runs here
-	KVF16        bool   // half-precision KV cache (the paged one with Concurrency, else the contiguous one)
-	LlamaBench   bool   // decode from an empty cache, as llama-bench's tg test
-	WriteGGUF    string // with Synthetic: write the model to this .gguf file and stop
-	WriteMLX     string // with Synthetic: write the model as an MLX folder and stop
+	CPUProfile   string         // write a CPU profile of the timed runs here
+	KVF16        bool           // half-precision KV cache (the paged one with Concurrency, else the contiguous one)
+	KVCache      runner.KVCache // f16, f32 or q8_0: overrides KVF16 when set
+	LlamaBench   bool           // decode from an empty cache, as llama-bench's tg test
+	WriteGGUF    string         // with Synthetic: write the model to this .gguf file and stop
+	WriteMLX     string         // with Synthetic: write the model as an MLX folder and stop
 }
 
 // DefaultConfig is macpool bench's defaults.
@@ -145,6 +147,7 @@ func Run(ctx context.Context, bc Config, stdout, stderr io.Writer) error {
 	}
 	cfg.ExactMatMul = bc.ExactMatMul
 	cfg.KVF16 = bc.KVF16
+	bc.KVCache.Apply(&cfg.KVF16, &cfg.KVQ8)
 	cfg.Quantize, _ = quantizeFormat(bc.Quantize)
 
 	// The source: a synthetic model or a checkpoint, wrapped to record the

@@ -31,6 +31,7 @@ func init() {
 		}
 		cfg.ExactMatMul = o.ExactMatMul
 		cfg.KVF16 = o.KVF16
+		cfg.KVQ8 = o.KVQ8
 		switch o.Quantize {
 		case "":
 		case "q8", "q8_0":
@@ -62,6 +63,10 @@ type Config struct {
 	// reads, as llama.cpp's default cache. Attention then differs from the
 	// float32 cache by ~1e-3 relative.
 	KVF16 bool
+	// KVQ8 stores the KV caches in 8-bit blocks (int8 per value, a float32
+	// scale per 32 values of a head vector; kvq8.go), as llama.cpp's
+	// q8_0 cache: 1.125 bytes per value. It takes precedence over KVF16.
+	KVQ8 bool
 	// RowAttention runs paged attention of sequences without a prompt
 	// boundary (AttnSeq.GEMMRows -1) with the per-row decode kernels only:
 	// slower prefill, but every position gets the bits a decode step gives
@@ -104,6 +109,7 @@ type Backend struct {
 	exact    bool          // Config.ExactMatMul
 	rowAttn  bool          // Config.RowAttention
 	kvF16    bool          // Config.KVF16
+	kvQ8     bool          // Config.KVQ8
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -113,7 +119,7 @@ func New(cfg Config) (*Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Backend{threads: cfg.Threads, scratch: make([][]float32, cfg.Threads), quantize: cfg.Quantize, exact: cfg.ExactMatMul, kvF16: cfg.KVF16, rowAttn: cfg.RowAttention}
+	b := &Backend{threads: cfg.Threads, scratch: make([][]float32, cfg.Threads), quantize: cfg.Quantize, exact: cfg.ExactMatMul, kvF16: cfg.KVF16, kvQ8: cfg.KVQ8, rowAttn: cfg.RowAttention}
 	b.state = make([]atomic.Int32, cfg.Threads)
 	b.wake = make([]chan struct{}, cfg.Threads)
 	b.doneCh = make(chan struct{}, 1)
@@ -346,9 +352,13 @@ func (b *Backend) ReleaseWeight(w engine.Weight) {
 }
 
 // KVValueBytes is the size of one cached K or V value in the paged blocks
-// (engine.KVValueSizer): 2 with Config.KVF16, else 4.
-func (b *Backend) KVValueBytes() int {
-	if b.kvF16 {
+// (engine.KVValueSizer): 1.125 with Config.KVQ8 (a 4-byte scale per 32),
+// 2 with Config.KVF16, else 4.
+func (b *Backend) KVValueBytes() float64 {
+	switch {
+	case b.kvQ8:
+		return 1 + 4.0/q8Block
+	case b.kvF16:
 		return 2
 	}
 	return 4
