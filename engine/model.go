@@ -127,6 +127,11 @@ type Options struct {
 	// int8 values, a scale per 32; llama.cpp's -ctk/-ctv q8_0), taking
 	// precedence over KVF16: 1.125 bytes per value.
 	KVQ8 bool
+	// PreciseHybrid keeps float32 activations for the hybrid models'
+	// linear-attention projections and the MoE routers where the backend
+	// quantizes activations (CPU): less drift from the exact result, slower
+	// decode (docs/engine.md, "Fast-path accuracy").
+	PreciseHybrid bool
 	// Stage loads one pipeline stage of the model: decoder layers
 	// [First, Last) and only their tensors (see stage.go). The zero value
 	// loads the whole model.

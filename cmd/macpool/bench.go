@@ -29,6 +29,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	fs.IntVar(&c.Threads, "threads", 0, "CPU threads (0 = every core)")
 	fs.IntVar(&c.Repeat, "repeat", c.Repeat, "runs; the best of each figure is reported")
 	fs.BoolVar(&c.ExactMatMul, "exact", false, "float32 activations for quantized weights (see engine.Options.ExactMatMul)")
+	fs.BoolVar(&c.PreciseHybrid, "precise-hybrid", false, "float32 activations for linear-attention projections and MoE routers only (engine.Options.PreciseHybrid)")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object")
 	backend := backendFlag(fs)
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "concurrent streams through the serving scheduler (0: one stream on the bare model)")

@@ -210,7 +210,7 @@ func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEPa
 		panic(fmt.Sprintf("cpu: moe with %d experts, router [%d, %d], top-k %d", E, ww(w.Router).rows, ww(w.Router).cols, p.TopK))
 	}
 	logits := b.NewTensor(T, E)
-	b.MatMulExact(logits, x, w.Router) // float32 activations: int8 rounding flips expert choices
+	b.MatMulPrecise(logits, x, w.Router) // PreciseHybrid: int8 rounding flips expert choices
 	r := moe.RouteBatch(tt(logits).data, T, E, p.TopK, p.Normalize)
 	b.Release(logits)
 
@@ -254,15 +254,16 @@ func (b *Backend) expert(x engine.Tensor, e engine.Expert, n, inter, H int) engi
 	return y
 }
 
-// MatMulExact is MatMul (without bias) with float32 activations for a
-// quantized weight, what Config.ExactMatMul does for every matrix, for this
-// one call: the hybrid models' linear-attention projections take it, since
-// the int8 rounding of their inputs is carried forward by the recurrent
-// state (docs/engine.md, "Fast-path accuracy"). Weights without a quantized
+// MatMulPrecise is MatMul (without bias), with float32 activations for a
+// quantized weight when Config.PreciseHybrid is set (what ExactMatMul does
+// for every matrix): the hybrid models' linear-attention projections and
+// the MoE router take it, since the int8 rounding of their inputs is
+// carried forward by the recurrent state or flips expert choices
+// (docs/engine.md, "Fast-path accuracy"). Weights without a quantized
 // kernel take MatMul.
-func (b *Backend) MatMulExact(dst, x engine.Tensor, w engine.Weight) {
+func (b *Backend) MatMulPrecise(dst, x engine.Tensor, w engine.Weight) {
 	d, xt, wt := tt(dst), tt(x), ww(w)
-	if b.exact || wt.k == nil || !wt.k.Quantized() {
+	if b.exact || !b.preciseHybrid || wt.k == nil || !wt.k.Quantized() {
 		b.MatMul(dst, x, w, nil)
 		return
 	}

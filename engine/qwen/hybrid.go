@@ -496,17 +496,12 @@ func (m *Hybrid) newLinScratch(newT func(int, int) engine.Tensor, T int, fused b
 	return s
 }
 
-// exactMatMuler is implemented by backends that can multiply one weight
-// with float32 activations where their MatMul quantizes them (cpu).
-type exactMatMuler interface {
-	MatMulExact(dst, x engine.Tensor, w engine.Weight)
+// preciseMatMuler is implemented by backends that can multiply one weight
+// with float32 activations where their MatMul quantizes them (cpu, with
+// engine.Options.PreciseHybrid).
+type preciseMatMuler interface {
+	MatMulPrecise(dst, x engine.Tensor, w engine.Weight)
 }
-
-// linearQuantized makes the linear-attention projections quantize their
-// activations like every other matrix (the default path before float32
-// activations were kept there); tests set it to measure what that costs
-// and saves.
-var linearQuantized = false
 
 // linearAttention is the Gated DeltaNet token mixer: y = out_proj(core(h)).
 func (m *Hybrid) linearAttention(s *linScratch, l *LinearAttention, li int, h, y engine.Tensor, bt *engine.Batch) error {
@@ -530,13 +525,14 @@ func (m *Hybrid) linearAttention(s *linScratch, l *LinearAttention, li int, h, y
 		}
 		s.seqs = append(s.seqs, engine.DeltaNetSeq{State: st, Row: sq.Row, N: sq.N, Pos: sq.Pos, PromptEnd: promptEnd})
 	}
-	// The projections into and out of the recurrence multiply float32
-	// activations (exactMatMuler) unless linearQuantized: int8 activations
-	// there are what made the hybrids' default path drift 3-4× further from
-	// the exact result than the rest (docs/engine.md, "Fast-path accuracy").
+	// The projections into and out of the recurrence go through
+	// MatMulPrecise where the backend has it: float32 activations there when
+	// the backend is told (engine.Options.PreciseHybrid), since their int8
+	// rounding is what makes the hybrids' default path drift 3-4× further
+	// from the exact result than the rest (docs/engine.md, "Fast-path accuracy").
 	mm := func(dst, x engine.Tensor, w engine.Weight) { be.MatMul(dst, x, w, nil) }
-	if ex, ok := be.(exactMatMuler); ok && !linearQuantized {
-		mm = ex.MatMulExact
+	if ex, ok := be.(preciseMatMuler); ok {
+		mm = ex.MatMulPrecise
 	}
 	if l.QKVZ != nil {
 		// Qwen3-Next: per key head g the fused output is [q_g | k_g | v_g | z_g] (v_g, z_g
