@@ -27,6 +27,7 @@ import (
 	_ "github.com/macpool/macpool/engine/qwen"
 	"github.com/macpool/macpool/engine/synth"
 	"github.com/macpool/macpool/engine/tensor"
+	"github.com/macpool/macpool/runner"
 )
 
 // ErrConfig marks a Config that Validate (or Run, for the shape and the
@@ -35,26 +36,28 @@ var ErrConfig = errors.New("bad bench configuration")
 
 // Config is one bench run; the fields mirror macpool bench's flags.
 type Config struct {
-	Model        string // model folder or .gguf file
-	Synthetic    string // or a random-weight model of this shape (synth.Shapes)
-	Quant        string // with Synthetic: bf16, f32, q8_0, q4_0, mlx4, mlx8
-	Quantize     string // quantize float matrices at load: "", q8 or q4
-	Layers       int    // with Synthetic: keep only the first N layers
-	PromptTokens int
-	GenTokens    int
-	Threads      int // CPU threads (0: every core)
-	Repeat       int // runs; the best of each figure is reported
-	ExactMatMul  bool
-	JSON         bool   // print one JSON object
-	Backend      string // as runner.BackendHelp
-	Concurrency  int    // concurrent streams through the scheduler (0: one stream on the bare model)
-	CachedPrefix int    // with Concurrency: prompt tokens shared with a warm-up request
-	Seed         uint64
-	CPUProfile   string // write a CPU profile of the timed runs here
-	KVF16        bool   // half-precision KV cache (the paged one with Concurrency, else the contiguous one)
-	LlamaBench   bool   // decode from an empty cache, as llama-bench's tg test
-	WriteGGUF    string // with Synthetic: write the model to this .gguf file and stop
-	WriteMLX     string // with Synthetic: write the model as an MLX folder and stop
+	Model         string // model folder or .gguf file
+	Synthetic     string // or a random-weight model of this shape (synth.Shapes)
+	Quant         string // with Synthetic: bf16, f32, q8_0, q4_0, mlx4, mlx8
+	Quantize      string // quantize float matrices at load: "", q8 or q4
+	Layers        int    // with Synthetic: keep only the first N layers
+	PromptTokens  int
+	GenTokens     int
+	Threads       int // CPU threads (0: every core)
+	Repeat        int // runs; the best of each figure is reported
+	ExactMatMul   bool
+	JSON          bool   // print one JSON object
+	Backend       string // as runner.BackendHelp
+	Concurrency   int    // concurrent streams through the scheduler (0: one stream on the bare model)
+	CachedPrefix  int    // with Concurrency: prompt tokens shared with a warm-up request
+	Seed          uint64
+	CPUProfile    string         // write a CPU profile of the timed runs here
+	KVF16         bool           // half-precision KV cache (the paged one with Concurrency, else the contiguous one)
+	KVCache       runner.KVCache // f16, f32 or q8_0: overrides KVF16 when set
+	PreciseHybrid bool           // engine.Options.PreciseHybrid
+	LlamaBench    bool           // decode from an empty cache, as llama-bench's tg test
+	WriteGGUF     string         // with Synthetic: write the model to this .gguf file and stop
+	WriteMLX      string         // with Synthetic: write the model as an MLX folder and stop
 }
 
 // DefaultConfig is macpool bench's defaults.
@@ -145,6 +148,8 @@ func Run(ctx context.Context, bc Config, stdout, stderr io.Writer) error {
 	}
 	cfg.ExactMatMul = bc.ExactMatMul
 	cfg.KVF16 = bc.KVF16
+	bc.KVCache.Apply(&cfg.KVF16, &cfg.KVQ8)
+	cfg.PreciseHybrid = bc.PreciseHybrid
 	cfg.Quantize, _ = quantizeFormat(bc.Quantize)
 
 	// The source: a synthetic model or a checkpoint, wrapped to record the

@@ -20,8 +20,10 @@ import (
 	"github.com/macpool/macpool/engine/tensor"
 )
 
-// writeSyntheticGGUF writes every tensor of a dense or Qwen3-MoE synthetic
-// model to path (experts stacked into ffn_*_exps as llama.cpp stores them).
+// writeSyntheticGGUF writes every tensor of a synthetic model to path as
+// llama.cpp lays it out: dense and Qwen3-MoE models (experts stacked into
+// ffn_*_exps), and the hybrids qwen3_next, qwen3_5_text, qwen3_5_moe_text
+// (gguf.HybridTensors).
 func writeSyntheticGGUF(sm *synth.Model, path string, stderr io.Writer) error {
 	c := sm.Config()
 	gc := &gguf.Config{ModelType: c.ModelType, HiddenSize: c.HiddenSize, IntermediateSize: c.IntermediateSize,
@@ -29,17 +31,35 @@ func writeSyntheticGGUF(sm *synth.Model, path string, stderr io.Writer) error {
 		HeadDim: c.HeadDim, VocabSize: c.VocabSize, MaxPositionEmbeddings: c.MaxPositionEmbeddings,
 		RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta, BOSTokenID: c.BOSTokenID, EOSTokenIDs: c.EOSTokenIDs,
 		NumExperts: c.NumExperts, NumExpertsPerTok: c.NumExpertsPerTok, MoEIntermediateSize: c.MoEIntermediateSize,
-		NormTopKProb: c.NormTopKProb}
-	linear := false
-	for i := range c.NumHiddenLayers {
-		linear = linear || c.IsLinearAttention(i)
-	}
-	if c.PartialRotaryFactor != 1 || linear || c.SharedExpertIntermediateSize > 0 {
-		return fmt.Errorf("write gguf: %s is not a dense or Qwen3-MoE full-rotary model", c.ModelType)
-	}
+		NormTopKProb: c.NormTopKProb, PartialRotaryFactor: c.PartialRotaryFactor, LayerTypes: c.LayerTypes,
+		SharedExpertIntermediateSize: c.SharedExpertIntermediateSize, TieWordEmbeddings: c.TieWordEmbeddings,
+		LinearConvKernelDim: c.LinearConvKernelDim, LinearKeyHeadDim: c.LinearKeyHeadDim, LinearValueHeadDim: c.LinearValueHeadDim,
+		LinearNumKeyHeads: c.LinearNumKeyHeads, LinearNumValueHeads: c.LinearNumValueHeads}
 	meta, err := gguf.ModelMeta(gc)
 	if err != nil {
 		return err
+	}
+	if gguf.IsHybrid(c.ModelType) {
+		start := time.Now()
+		var size int64
+		ts, err := gguf.HybridTensors(gc, sm.Names(), func(name string) (*tensor.Host, error) {
+			h, err := sm.Tensor(name)
+			if err == nil {
+				size += int64(len(h.Data))
+			}
+			return h, err
+		})
+		if err != nil {
+			return fmt.Errorf("write gguf: %w", err)
+		}
+		if err := gguf.Write(path, meta, ts); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s: %d tensors, %.3f GB of tensor data in %.1fs\n", path, len(ts), float64(size)/1e9, time.Since(start).Seconds())
+		return nil
+	}
+	if c.PartialRotaryFactor != 1 || c.SharedExpertIntermediateSize > 0 {
+		return fmt.Errorf("write gguf: %s is not a dense, Qwen3-MoE or hybrid Qwen model", c.ModelType)
 	}
 	start := time.Now()
 	var ts []gguf.WriteTensor

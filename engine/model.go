@@ -123,6 +123,15 @@ type Options struct {
 	// llama.cpp's default f16 cache; attention then differs from a float32
 	// cache by ~1e-3 relative.
 	KVF16 bool
+	// KVQ8 stores the KV cache in 8-bit blocks where the backend can (CPU:
+	// int8 values, a scale per 32; llama.cpp's -ctk/-ctv q8_0), taking
+	// precedence over KVF16: 1.125 bytes per value.
+	KVQ8 bool
+	// PreciseHybrid keeps float32 activations for the hybrid models'
+	// linear-attention projections and the MoE routers where the backend
+	// quantizes activations (CPU): less drift from the exact result, slower
+	// decode (docs/engine.md, "Fast-path accuracy").
+	PreciseHybrid bool
 	// Stage loads one pipeline stage of the model: decoder layers
 	// [First, Last) and only their tensors (see stage.go). The zero value
 	// loads the whole model.
@@ -132,7 +141,7 @@ type Options struct {
 // KVValueSizer is implemented by backends whose paged KV blocks store
 // values in other than 4 bytes (KVPool sizes its budget with it).
 type KVValueSizer interface {
-	KVValueBytes() int
+	KVValueBytes() float64 // bytes per value, scales included (8-bit: 1.125)
 }
 
 // Model is a loaded model: architecture + backend (+ the checkpoint it was

@@ -244,12 +244,12 @@ func (m *Model) NewKVPool(cfg KVPoolConfig) (*KVPool, error) {
 	for _, l := range layers {
 		l.Free()
 	}
-	valueBytes := 4
+	valueBytes := 4.0
 	if vs, ok := m.be.(KVValueSizer); ok {
 		valueBytes = vs.KVValueBytes()
 	}
 	for _, s := range shapes {
-		p.bytes += int64(2 * s.heads * s.dim * cfg.BlockSize * valueBytes)
+		p.bytes += int64(2 * float64(s.heads*s.dim*cfg.BlockSize) * valueBytes)
 	}
 	if p.bytes == 0 && !m.whole() && p.needSnap && p.canSnap {
 		// A pipeline stage of a hybrid model with recurrent layers only:

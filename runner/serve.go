@@ -59,11 +59,12 @@ type Config struct {
 	// ModelName is the name clients use (informational; routing is the
 	// cluster's job). Default: ModelDir's base name.
 	ModelName string
-	// Backend, Threads, KVF16, Quantize and ExactMatMul are passed to
-	// engine.Load (see engine.Options).
+	// Backend, Threads, KVF16, KVQ8, Quantize and ExactMatMul are passed
+	// to engine.Load (see engine.Options).
 	Backend     string
 	Threads     int
 	KVF16       bool
+	KVQ8        bool
 	Quantize    string
 	ExactMatMul bool
 	// TokensOnly serves a checkpoint without a tokenizer: prompts must be
@@ -220,7 +221,7 @@ func New(cfg Config, logger *slog.Logger) (*Runner, error) {
 	}
 	if e.model == nil {
 		m, err := engine.Load(cfg.ModelDir, engine.Options{Backend: cfg.Backend, Threads: cfg.Threads, KVF16: cfg.KVF16,
-			Quantize: cfg.Quantize, ExactMatMul: cfg.ExactMatMul})
+			KVQ8: cfg.KVQ8, Quantize: cfg.Quantize, ExactMatMul: cfg.ExactMatMul})
 		if err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
 		}

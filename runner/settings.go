@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -18,6 +19,41 @@ type Settings struct {
 	KVBytes       int64
 	NoPrefixCache bool
 	KVF32         bool // keep the cpu backend's KV cache in float32
+	// KVCache is the cpu backend's KV cache storage; it overrides KVF32
+	// when set.
+	KVCache KVCache
+}
+
+// KVCache is a KV cache storage type, as llama.cpp's -ctk/-ctv name them:
+// "f16" (the default), "f32" or "q8_0" (engine.Options.KVQ8); "" leaves
+// the default. It is a flag.Value.
+type KVCache string
+
+// KVCacheHelp describes the values of a --kv-cache flag.
+const KVCacheHelp = "cpu backend KV cache storage: f16 (default, as llama.cpp), f32, or q8_0 (8-bit blocks as llama.cpp's -ctk/-ctv q8_0: 56% of f16's memory, logits ~1e-2 rel. L2 from f32; docs/engine.md)"
+
+func (k *KVCache) String() string { return string(*k) }
+
+func (k *KVCache) Set(s string) error {
+	switch s {
+	case "f16", "f32", "q8_0":
+		*k = KVCache(s)
+		return nil
+	}
+	return fmt.Errorf("kv cache %q: want f16, f32 or q8_0", s)
+}
+
+// Apply sets f16 and q8 (engine.Options.KVF16, KVQ8) as k says; "" keeps
+// them.
+func (k KVCache) Apply(f16, q8 *bool) {
+	switch k {
+	case "f16":
+		*f16, *q8 = true, false
+	case "f32":
+		*f16, *q8 = false, false
+	case "q8_0":
+		*f16, *q8 = false, true
+	}
 }
 
 // Config returns the runner configuration of the model at modelDir served
@@ -37,6 +73,7 @@ func (s Settings) Config(modelDir, name string) Config {
 	}
 	cfg.NoPrefixCache = s.NoPrefixCache
 	cfg.KVF16 = !s.KVF32
+	s.KVCache.Apply(&cfg.KVF16, &cfg.KVQ8)
 	cfg.KVBytes = s.KVBytes
 	if cfg.KVBytes == 0 && cfg.Backend == "cpu" {
 		cfg.KVBytes = defaultKVBytes(WeightBytes(modelDir))

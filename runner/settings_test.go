@@ -42,3 +42,25 @@ func TestSettingsConfig(t *testing.T) {
 		}
 	}
 }
+
+// --kv-cache names the engine's KV storage and overrides --kv-f32; bad
+// names are refused when the flag is set.
+func TestKVCacheSetting(t *testing.T) {
+	for _, tc := range []struct {
+		cache   KVCache
+		f32     bool
+		f16, q8 bool
+	}{
+		{"", false, true, false}, {"", true, false, false}, {"f32", false, false, false},
+		{"f16", true, true, false}, {"q8_0", false, false, true}, {"q8_0", true, false, true},
+	} {
+		cfg := Settings{Backend: "cpu", KVF32: tc.f32, KVCache: tc.cache, KVBytes: 1 << 20}.Config("m", "m")
+		if cfg.KVF16 != tc.f16 || cfg.KVQ8 != tc.q8 {
+			t.Errorf("kv cache %q, kv-f32 %v: KVF16 %v KVQ8 %v, want %v %v", tc.cache, tc.f32, cfg.KVF16, cfg.KVQ8, tc.f16, tc.q8)
+		}
+	}
+	var k KVCache
+	if err := k.Set("q4_0"); err == nil {
+		t.Error("kv cache q4_0 accepted")
+	}
+}

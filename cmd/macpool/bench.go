@@ -9,6 +9,7 @@ import (
 
 	"github.com/macpool/macpool/bench"
 	"github.com/macpool/macpool/engine/synth"
+	"github.com/macpool/macpool/runner"
 )
 
 func init() {
@@ -28,6 +29,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	fs.IntVar(&c.Threads, "threads", 0, "CPU threads (0 = every core)")
 	fs.IntVar(&c.Repeat, "repeat", c.Repeat, "runs; the best of each figure is reported")
 	fs.BoolVar(&c.ExactMatMul, "exact", false, "float32 activations for quantized weights (see engine.Options.ExactMatMul)")
+	fs.BoolVar(&c.PreciseHybrid, "precise-hybrid", false, "float32 activations for linear-attention projections and MoE routers only (engine.Options.PreciseHybrid)")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object")
 	backend := backendFlag(fs)
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "concurrent streams through the serving scheduler (0: one stream on the bare model)")
@@ -35,8 +37,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the synthetic weights and prompt")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the timed runs to this file")
 	fs.BoolVar(&c.KVF16, "kv-f16", c.KVF16, "KV cache in half precision, as the worker (paged) and llama.cpp keep it (cpu.Config.KVF16; -kv-f16=false: float32)")
+	fs.Var(&c.KVCache, "kv-cache", runner.KVCacheHelp+"; overrides --kv-f16")
 	fs.BoolVar(&c.LlamaBench, "llama-bench", false, "measure as llama-bench does (pp N, tg M): the decode starts from an empty cache instead of after the prompt")
-	fs.StringVar(&c.WriteGGUF, "write-gguf", "", "with --synthetic (dense qwen3 and qwen3-moe shapes, q8_0/q4_0/bf16/f32): write the model to this .gguf file and exit")
+	fs.StringVar(&c.WriteGGUF, "write-gguf", "", "with --synthetic (dense, qwen3-moe and hybrid qwen3.5/3.6 shapes, q8_0/q4_0/bf16/f32): write the model to this .gguf file as llama.cpp lays it out and exit")
 	fs.StringVar(&c.WriteMLX, "write-mlx", "", "with --synthetic (dense qwen2/qwen3 shapes): write the model as an MLX/safetensors checkpoint folder and exit")
 	if err := parseFlags(fs, args); err != nil {
 		return err

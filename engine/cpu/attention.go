@@ -25,15 +25,24 @@ type kvCache struct {
 	k, v                []float32
 	k16, v16            []uint16
 	f16                 bool
+	q8                  *kvQ8 // Config.KVQ8: the 8-bit store instead (kvq8.go)
 	n                   int
 }
 
-// NewKV allocates an empty cache (float32, or f16 with Config.KVF16).
+// NewKV allocates an empty cache (float32, f16 with Config.KVF16, 8-bit
+// with Config.KVQ8).
 func (b *Backend) NewKV(kvHeads, headDim int) (engine.KV, error) {
 	if kvHeads <= 0 || headDim <= 0 {
 		return nil, fmt.Errorf("cpu: kv cache with %d heads of %d", kvHeads, headDim)
 	}
-	return &kvCache{heads: kvHeads, headDim: headDim, dim: kvHeads * headDim, f16: b.kvF16}, nil
+	c := &kvCache{heads: kvHeads, headDim: headDim, dim: kvHeads * headDim, f16: b.kvF16 && !b.kvQ8}
+	if b.kvQ8 {
+		if err := checkQ8Head(headDim); err != nil {
+			return nil, err
+		}
+		c.q8 = &kvQ8{}
+	}
+	return c, nil
 }
 
 func (c *kvCache) Len() int { return c.n }
@@ -46,13 +55,23 @@ func (c *kvCache) Truncate(n int) error {
 	return nil
 }
 
-func (c *kvCache) Free() { c.k, c.v, c.k16, c.v16, c.n, c.cap = nil, nil, nil, nil, 0, 0 }
+func (c *kvCache) Free() {
+	c.k, c.v, c.k16, c.v16, c.n, c.cap = nil, nil, nil, nil, 0, 0
+	if c.q8 != nil {
+		*c.q8 = kvQ8{}
+	}
+}
 
 func (c *kvCache) reserve(n int) {
 	if n <= c.cap {
 		return
 	}
 	nc := max(n, 2*c.cap, 64)
+	if c.q8 != nil {
+		c.q8.regrow(c.heads, c.headDim, c.cap, nc, c.n)
+		c.cap = nc
+		return
+	}
 	if c.f16 {
 		c.k16, c.v16 = regrow(c.k16, c.v16, c.dim, c.heads, c.headDim, c.cap, nc, c.n, 2)
 	} else {
@@ -97,6 +116,11 @@ func (b *Backend) StoreKV(k, v engine.Tensor, seqs []engine.AttnSeq) {
 		// K writes each miss the cache (and mostly the TLB). V rows are
 		// copied whole (position-major per head).
 		hd := c.headDim
+		if c.q8 != nil {
+			b.parallel(c.heads, 1, func(lo, hi, _ int) { storeKVQ8(c, kt, vt, s.Row, s.Pos, s.N, lo, hi) })
+			c.n = s.Pos + s.N
+			continue
+		}
 		if c.f16 {
 			b.parallel(c.dim, 64, func(lo, hi, _ int) { storeKVF16(c, kt, vt, s, lo, hi) })
 			c.n = s.Pos + s.N
@@ -178,16 +202,16 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 	// once per group and reused from L1 for the other heads.
 	type task struct{ seq, kvHead, r0, r1 int }
 	var tasks []task
-	maxLen, f16 := 0, false
+	maxLen, wide := 0, false // wide: some task widens its K and V into scratch
 	for si, s := range seqs {
 		c := s.KV.(*kvCache)
-		f16 = f16 || c.f16
+		wide = wide || c.f16 || c.q8 != nil
 		if c.heads != p.KVHeads || c.headDim != hd || c.n < s.Pos+s.N || s.Row+s.N > qt.rows {
 			panic(fmt.Sprintf("cpu: attention rows [%d,+%d) at position %d over cache %d×%d holding %d", s.Row, s.N, s.Pos, c.heads, c.headDim, c.n))
 		}
 		maxLen = max(maxLen, s.Pos+s.N)
 		for h := 0; h < p.KVHeads; h++ {
-			if c.f16 && s.N > 1 { // one task per head: its K/V widened once (attentionF16)
+			if (c.f16 && s.N > 1) || c.q8 != nil { // one task per head: its K/V widened once (attentionF16, attentionQ8)
 				tasks = append(tasks, task{si, h, 0, s.N})
 				continue
 			}
@@ -200,7 +224,7 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 		// Each task is two GEMMs over the cache (kernels.AttentionRows),
 		// or one decode row's axpy-sums.
 		n := kernels.AttentionScratch(attnRows, group, hd, maxLen)
-		if f16 {
+		if wide {
 			n += 2 * hd * maxLen // the task's K and V widened to float32 for the GEMMs
 		}
 		buf := b.scratchBuf(w, n)
@@ -208,6 +232,10 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 			s := seqs[t.seq]
 			c := s.KV.(*kvCache)
 			h0, row := t.kvHead*group, s.Row+t.r0
+			if c.q8 != nil {
+				attentionQ8(c, d, qt, t.kvHead, group, hd, row, s.Pos+t.r0, t.r1-t.r0, p.Scale, buf, kernels.AttentionRows)
+				continue
+			}
 			if c.f16 {
 				attentionF16(c, d, qt, t.kvHead, group, hd, row, s.Pos+t.r0, t.r1-t.r0, p.Scale, buf)
 				continue

@@ -31,6 +31,8 @@ func init() {
 		}
 		cfg.ExactMatMul = o.ExactMatMul
 		cfg.KVF16 = o.KVF16
+		cfg.KVQ8 = o.KVQ8
+		cfg.PreciseHybrid = o.PreciseHybrid
 		switch o.Quantize {
 		case "":
 		case "q8", "q8_0":
@@ -62,6 +64,16 @@ type Config struct {
 	// reads, as llama.cpp's default cache. Attention then differs from the
 	// float32 cache by ~1e-3 relative.
 	KVF16 bool
+	// KVQ8 stores the KV caches in 8-bit blocks (int8 per value, a float32
+	// scale per 32 values of a head vector; kvq8.go), as llama.cpp's
+	// q8_0 cache: 1.125 bytes per value. It takes precedence over KVF16.
+	KVQ8 bool
+	// PreciseHybrid gives the hybrid models' linear-attention projections
+	// and every MoE router float32 activations (MatMulPrecise) while the
+	// rest quantizes them: closer to the exact result (qwen3_5 fixture
+	// 0.23 → 0.10 max rel. L2), at a decode cost (those matrices run the
+	// exact kernels; docs/engine.md, "Fast-path accuracy").
+	PreciseHybrid bool
 	// RowAttention runs paged attention of sequences without a prompt
 	// boundary (AttnSeq.GEMMRows -1) with the per-row decode kernels only:
 	// slower prefill, but every position gets the bits a decode step gives
@@ -90,20 +102,22 @@ type Backend struct {
 	threads int
 	// Worker pool (pool.go): the current job, its sequence number, and
 	// per-worker park state and wake channels (w >= 1; worker 0 is the caller).
-	cur      atomic.Pointer[job]
-	seq      atomic.Uint64
-	closed   atomic.Bool
-	busy     atomic.Bool // a parallel loop is running
-	state    []atomic.Int32
-	wake     []chan struct{}
-	doneCh   chan struct{} // wakes a parked caller
-	wg       sync.WaitGroup
-	scratch  [][]float32 // per worker
-	once     sync.Once
-	quantize tensor.Format // Config.Quantize
-	exact    bool          // Config.ExactMatMul
-	rowAttn  bool          // Config.RowAttention
-	kvF16    bool          // Config.KVF16
+	cur           atomic.Pointer[job]
+	seq           atomic.Uint64
+	closed        atomic.Bool
+	busy          atomic.Bool // a parallel loop is running
+	state         []atomic.Int32
+	wake          []chan struct{}
+	doneCh        chan struct{} // wakes a parked caller
+	wg            sync.WaitGroup
+	scratch       [][]float32 // per worker
+	once          sync.Once
+	quantize      tensor.Format // Config.Quantize
+	exact         bool          // Config.ExactMatMul
+	rowAttn       bool          // Config.RowAttention
+	kvF16         bool          // Config.KVF16
+	kvQ8          bool          // Config.KVQ8
+	preciseHybrid bool          // Config.PreciseHybrid
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -113,7 +127,7 @@ func New(cfg Config) (*Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Backend{threads: cfg.Threads, scratch: make([][]float32, cfg.Threads), quantize: cfg.Quantize, exact: cfg.ExactMatMul, kvF16: cfg.KVF16, rowAttn: cfg.RowAttention}
+	b := &Backend{threads: cfg.Threads, scratch: make([][]float32, cfg.Threads), quantize: cfg.Quantize, exact: cfg.ExactMatMul, kvF16: cfg.KVF16, kvQ8: cfg.KVQ8, preciseHybrid: cfg.PreciseHybrid, rowAttn: cfg.RowAttention}
 	b.state = make([]atomic.Int32, cfg.Threads)
 	b.wake = make([]chan struct{}, cfg.Threads)
 	b.doneCh = make(chan struct{}, 1)
@@ -346,9 +360,13 @@ func (b *Backend) ReleaseWeight(w engine.Weight) {
 }
 
 // KVValueBytes is the size of one cached K or V value in the paged blocks
-// (engine.KVValueSizer): 2 with Config.KVF16, else 4.
-func (b *Backend) KVValueBytes() int {
-	if b.kvF16 {
+// (engine.KVValueSizer): 1.125 with Config.KVQ8 (a 4-byte scale per 32),
+// 2 with Config.KVF16, else 4.
+func (b *Backend) KVValueBytes() float64 {
+	switch {
+	case b.kvQ8:
+		return 1 + 4.0/q8Block
+	case b.kvF16:
 		return 2
 	}
 	return 4

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/engine/cpu/kernels"
 	"github.com/macpool/macpool/engine/deltanet"
 	"github.com/macpool/macpool/engine/moe"
 )
@@ -209,7 +210,7 @@ func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEPa
 		panic(fmt.Sprintf("cpu: moe with %d experts, router [%d, %d], top-k %d", E, ww(w.Router).rows, ww(w.Router).cols, p.TopK))
 	}
 	logits := b.NewTensor(T, E)
-	b.MatMul(logits, x, w.Router, nil)
+	b.MatMulPrecise(logits, x, w.Router) // PreciseHybrid: int8 rounding flips expert choices
 	r := moe.RouteBatch(tt(logits).data, T, E, p.TopK, p.Normalize)
 	b.Release(logits)
 
@@ -263,4 +264,32 @@ func (b *Backend) expert(x engine.Tensor, e engine.Expert, n, inter, H int) engi
 	b.Release(g)
 	b.Release(u)
 	return y
+}
+
+// MatMulPrecise is MatMul (without bias), with float32 activations for a
+// quantized weight when Config.PreciseHybrid is set (what ExactMatMul does
+// for every matrix): the hybrid models' linear-attention projections and
+// the MoE router take it, since the int8 rounding of their inputs is
+// carried forward by the recurrent state or flips expert choices
+// (docs/engine.md, "Fast-path accuracy"). Weights without a quantized
+// kernel take MatMul.
+func (b *Backend) MatMulPrecise(dst, x engine.Tensor, w engine.Weight) {
+	d, xt, wt := tt(dst), tt(x), ww(w)
+	if b.exact || !b.preciseHybrid || wt.k == nil || !wt.k.Quantized() {
+		b.MatMul(dst, x, w, nil)
+		return
+	}
+	M, K, N := xt.rows, xt.cols, wt.rows
+	if wt.cols != K || d.rows != M || d.cols != N {
+		panic(fmt.Sprintf("cpu: matmul x [%d, %d] · w [%d, %d]ᵀ into [%d, %d]", M, K, wt.rows, wt.cols, d.rows, d.cols))
+	}
+	k := wt.k
+	in := inputs.Get().(*kernels.Input)
+	defer inputs.Put(in)
+	in.Reset(xt.data, M, K)
+	align := k.RowAlign()
+	units := (N + align - 1) / align
+	b.parallel(units, max(1, 64/align), func(lo, hi, _ int) {
+		k.MatMulExact(d.data, N, in, lo*align, min(N, hi*align))
+	})
 }

@@ -31,6 +31,11 @@ type kvBlocks struct {
 	heads, headDim, dim, bs, blocks int
 	k, v                            []float32
 	k16, v16                        []uint16
+	// Config.KVQ8: K and V both position-major within a block
+	// (((b*bs+o)*dim + h*headDim + x)), a float32 scale per 32 values
+	// (kvq8.go); k, v, k16, v16 nil.
+	k8, v8 []int8
+	ks, vs []float32
 }
 
 // adviseHuge puts a fresh KV block store of 4 MiB or more on transparent
@@ -54,11 +59,20 @@ func (b *Backend) NewKVBlocks(kvHeads, headDim, blockSize, blocks int) (engine.K
 	dim := kvHeads * headDim
 	n := blocks * dim * blockSize
 	s := &kvBlocks{heads: kvHeads, headDim: headDim, dim: dim, bs: blockSize, blocks: blocks}
-	if b.kvF16 {
+	switch {
+	case b.kvQ8:
+		if err := checkQ8Head(headDim); err != nil {
+			return nil, err
+		}
+		s.k8, s.v8 = make([]int8, n), make([]int8, n)
+		s.ks, s.vs = make([]float32, n/q8Block), make([]float32, n/q8Block)
+		adviseHuge(unsafe.Pointer(&s.k8[0]), n)
+		adviseHuge(unsafe.Pointer(&s.v8[0]), n)
+	case b.kvF16:
 		s.k16, s.v16 = make([]uint16, n), make([]uint16, n)
 		adviseHuge(unsafe.Pointer(&s.k16[0]), 2*n)
 		adviseHuge(unsafe.Pointer(&s.v16[0]), 2*n)
-	} else {
+	default:
 		s.k, s.v = make([]float32, n), make([]float32, n)
 		adviseHuge(unsafe.Pointer(&s.k[0]), 4*n)
 		adviseHuge(unsafe.Pointer(&s.v[0]), 4*n)
@@ -70,6 +84,13 @@ func (s *kvBlocks) View(t *engine.BlockTable) engine.KV { return &pagedKV{st: s,
 
 func (s *kvBlocks) CopyBlock(dst, src int) {
 	w := s.dim * s.bs
+	if s.k8 != nil {
+		copy(s.k8[dst*w:(dst+1)*w], s.k8[src*w:(src+1)*w])
+		copy(s.v8[dst*w:(dst+1)*w], s.v8[src*w:(src+1)*w])
+		copy(s.ks[dst*w/q8Block:(dst+1)*w/q8Block], s.ks[src*w/q8Block:(src+1)*w/q8Block])
+		copy(s.vs[dst*w/q8Block:(dst+1)*w/q8Block], s.vs[src*w/q8Block:(src+1)*w/q8Block])
+		return
+	}
 	if s.k16 != nil {
 		copy(s.k16[dst*w:(dst+1)*w], s.k16[src*w:(src+1)*w])
 		copy(s.v16[dst*w:(dst+1)*w], s.v16[src*w:(src+1)*w])
@@ -79,7 +100,10 @@ func (s *kvBlocks) CopyBlock(dst, src int) {
 	copy(s.v[dst*w:(dst+1)*w], s.v[src*w:(src+1)*w])
 }
 
-func (s *kvBlocks) Free() { s.k, s.v, s.k16, s.v16 = nil, nil, nil, nil }
+func (s *kvBlocks) Free() {
+	s.k, s.v, s.k16, s.v16 = nil, nil, nil, nil
+	s.k8, s.v8, s.ks, s.vs = nil, nil, nil, nil
+}
 
 // block returns K of kv head h in block b (headDim rows of bs positions)
 // and V of block b from kv head h on (bs rows of stride dim).
@@ -141,6 +165,11 @@ func (b *Backend) storeKVPaged(kt, vt *Tensor, seqs []engine.AttnSeq) {
 			blk, o := c.t.Blocks[p/st.bs], p%st.bs
 			m := min(st.bs-o, s.N-i) // positions going into this block
 			base := blk * st.dim * st.bs
+			if st.k8 != nil {
+				storeQ8Paged(st, kt, vt, s.Row+i, blk, o, m)
+				i += m
+				continue
+			}
 			if st.k16 != nil {
 				storeF16(st, kt, vt, s.Row+i, base, o, m)
 				i += m
@@ -222,9 +251,12 @@ func (b *Backend) attentionPaged(d, qt *Tensor, seqs []engine.AttnSeq, p engine.
 		}
 	}
 	mMax := pagedRows * group
-	conv := 0 // f16 blocks widened for the prefill GEMMs
+	conv := 0 // f16 blocks widened for the prefill GEMMs, 8-bit K and V blocks for every task
 	if len(seqs) > 0 && seqs[0].KV.(*pagedKV).st.k16 != nil {
 		conv = hd * seqs[0].KV.(*pagedKV).st.bs
+	}
+	if len(seqs) > 0 && seqs[0].KV.(*pagedKV).st.k8 != nil {
+		conv = 2 * hd * seqs[0].KV.(*pagedKV).st.bs
 	}
 	b.parallel(len(tasks), 1, func(lo, hi, w int) {
 		buf := b.scratchBuf(w, 3*mMax*hd+mMax*maxLen+conv)
@@ -253,6 +285,15 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 	var wide []float32 // one f16 block widened to float32 (prefill GEMMs)
 	if f16 {
 		wide = buf[3*m*hd+m*n : 3*m*hd+m*n+hd*bs]
+	}
+	// 8-bit blocks are widened (K, then V with stride hd) and run the
+	// float32 kernels.
+	q8 := st.k8 != nil
+	var wk, wv []float32
+	vstride := st.dim
+	if q8 {
+		wk, wv = buf[3*m*hd+m*n:3*m*hd+m*n+hd*bs], buf[3*m*hd+m*n+hd*bs:3*m*hd+m*n+2*hd*bs]
+		vstride = hd
 	}
 	h0 := kvHead * group
 	for r := range rows {
@@ -327,7 +368,13 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 			}
 			continue
 		}
-		kb, _ := st.block(c.t.Blocks[bi], kvHead)
+		var kb []float32
+		if q8 {
+			widenQ8Block(st, c.t.Blocks[bi], kvHead, L, wk, wv)
+			kb = wk
+		} else {
+			kb, _ = st.block(c.t.Blocks[bi], kvHead)
+		}
 		if gemm {
 			kernels.GemmF32NN(sc[bi*bs:], n, a, hd, kb, bs, m, L, hd)
 			continue
@@ -390,9 +437,15 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 			}
 			continue
 		}
-		_, vb := st.block(c.t.Blocks[bi], kvHead)
+		var vb []float32
+		if q8 {
+			widenQ8Block(st, c.t.Blocks[bi], kvHead, L, wk, wv)
+			vb = wv
+		} else {
+			_, vb = st.block(c.t.Blocks[bi], kvHead)
+		}
 		if gemm {
-			kernels.GemmF32NN(tmp, hd, sc[bi*bs:], n, vb, st.dim, m, hd, L)
+			kernels.GemmF32NN(tmp, hd, sc[bi*bs:], n, vb, vstride, m, hd, L)
 			kernels.AxpyF32(o, 1, tmp)
 			continue
 		}
@@ -400,12 +453,12 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 			l, pair := segLen(i)
 			p0 := sc[i*n+bi*bs : i*n+bi*bs+l]
 			if pair {
-				kernels.AxpysF32x2(o[i*hd:(i+1)*hd], o[(i+1)*hd:(i+2)*hd], p0, sc[(i+1)*n+bi*bs:(i+1)*n+bi*bs+l], vb, st.dim, l)
+				kernels.AxpysF32x2(o[i*hd:(i+1)*hd], o[(i+1)*hd:(i+2)*hd], p0, sc[(i+1)*n+bi*bs:(i+1)*n+bi*bs+l], vb, vstride, l)
 				i += 2
 				continue
 			}
 			if l > 0 {
-				kernels.AxpysF32(o[i*hd:(i+1)*hd], p0, vb, st.dim, l)
+				kernels.AxpysF32(o[i*hd:(i+1)*hd], p0, vb, vstride, l)
 			}
 			i++
 		}

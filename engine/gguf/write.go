@@ -3,7 +3,8 @@ package gguf
 // Writing GGUF files: enough to store a model the engine
 // can load back (a synthetic model of a real shape for load-time and
 // resident-memory measurements, `macpool bench --write-gguf`). Metadata
-// values are scalars (uint32, int32, uint64, float32, bool, string);
+// values are scalars (uint32, int32, uint64, float32, bool, string) or
+// arrays of int32 (rope.dimension_sections);
 // tensors are written in the order given, each aligned to 32 bytes.
 
 import (
@@ -21,7 +22,7 @@ import (
 // Meta is one metadata key and its scalar value.
 type Meta struct {
 	Key   string
-	Value any // uint32, int32, uint64, float32, bool or string
+	Value any // uint32, int32, uint64, float32, bool, string or []int32
 }
 
 // WriteTensor is one tensor to write: Name is the GGUF name, Host the data
@@ -108,6 +109,12 @@ func Write(path string, meta []Meta, tensors []WriteTensor) (err error) {
 			hdr = append(le.AppendUint32(hdr, uint32(ValBool)), b)
 		case string:
 			hdr = appendStr(le.AppendUint32(hdr, uint32(ValString)), v)
+		case []int32:
+			hdr = le.AppendUint32(hdr, uint32(ValArray))
+			hdr = le.AppendUint64(le.AppendUint32(hdr, uint32(ValInt32)), uint64(len(v)))
+			for _, x := range v {
+				hdr = le.AppendUint32(hdr, uint32(x))
+			}
 		default:
 			return fmt.Errorf("write gguf %s: metadata %s: unsupported value type %T", path, m.Key, m.Value)
 		}
@@ -203,8 +210,12 @@ func DenseMeta(c *Config) ([]Meta, error) {
 // counts and sizes llama.cpp's converter writes (expert_count,
 // expert_used_count, expert_feed_forward_length; top-k weights
 // renormalised, as llama.cpp's qwen3moe graph does unless told otherwise).
-// Hybrid architectures are refused (ErrUnsupportedArchitecture).
+// Hybrid model types (qwen3_next, qwen3_5_text, qwen3_5_moe_text) get
+// HybridMeta.
 func ModelMeta(c *Config) ([]Meta, error) {
+	if hybridArch(c.ModelType) != "" {
+		return HybridMeta(c)
+	}
 	if c.NumExperts == 0 {
 		return DenseMeta(c)
 	}

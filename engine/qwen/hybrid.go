@@ -496,6 +496,13 @@ func (m *Hybrid) newLinScratch(newT func(int, int) engine.Tensor, T int, fused b
 	return s
 }
 
+// preciseMatMuler is implemented by backends that can multiply one weight
+// with float32 activations where their MatMul quantizes them (cpu, with
+// engine.Options.PreciseHybrid).
+type preciseMatMuler interface {
+	MatMulPrecise(dst, x engine.Tensor, w engine.Weight)
+}
+
 // linearAttention is the Gated DeltaNet token mixer: y = out_proj(core(h)).
 func (m *Hybrid) linearAttention(s *linScratch, l *LinearAttention, li int, h, y engine.Tensor, bt *engine.Batch) error {
 	be := m.be
@@ -518,6 +525,15 @@ func (m *Hybrid) linearAttention(s *linScratch, l *LinearAttention, li int, h, y
 		}
 		s.seqs = append(s.seqs, engine.DeltaNetSeq{State: st, Row: sq.Row, N: sq.N, Pos: sq.Pos, PromptEnd: promptEnd})
 	}
+	// The projections into and out of the recurrence go through
+	// MatMulPrecise where the backend has it: float32 activations there when
+	// the backend is told (engine.Options.PreciseHybrid), since their int8
+	// rounding is what makes the hybrids' default path drift 3-4× further
+	// from the exact result than the rest (docs/engine.md, "Fast-path accuracy").
+	mm := func(dst, x engine.Tensor, w engine.Weight) { be.MatMul(dst, x, w, nil) }
+	if ex, ok := be.(preciseMatMuler); ok {
+		mm = ex.MatMulPrecise
+	}
 	if l.QKVZ != nil {
 		// Qwen3-Next: per key head g the fused output is [q_g | k_g | v_g | z_g] (v_g, z_g
 		// hold the r = ValueHeads/KeyHeads value heads of the group), and BA is [b_g | a_g]
@@ -526,8 +542,8 @@ func (m *Hybrid) linearAttention(s *linScratch, l *LinearAttention, li int, h, y
 		r := d.ValueHeads / nk
 		kd := nk * dk
 		gw := 2*dk + 2*r*dv
-		be.MatMul(s.qkvz, h, l.QKVZ, nil)
-		be.MatMul(s.ba, h, l.BA, nil)
+		mm(s.qkvz, h, l.QKVZ)
+		mm(s.ba, h, l.BA)
 		for g := 0; g < nk; g++ {
 			be.Copy(s.qkv, 0, g*dk, s.qkvz, 0, g*gw, T, dk)
 			be.Copy(s.qkv, 0, kd+g*dk, s.qkvz, 0, g*gw+dk, T, dk)
@@ -537,12 +553,12 @@ func (m *Hybrid) linearAttention(s *linScratch, l *LinearAttention, li int, h, y
 			be.Copy(s.a, 0, g*r, s.ba, 0, g*2*r+r, T, r)
 		}
 	} else {
-		be.MatMul(s.qkv, h, l.QKV, nil)
-		be.MatMul(s.z, h, l.Z, nil)
-		be.MatMul(s.b, h, l.B, nil)
-		be.MatMul(s.a, h, l.A, nil)
+		mm(s.qkv, h, l.QKV)
+		mm(s.z, h, l.Z)
+		mm(s.b, h, l.B)
+		mm(s.a, h, l.A)
 	}
 	m.dn.GatedDeltaNet(s.core, s.qkv, s.z, s.b, s.a, l.W, s.seqs, d)
-	be.MatMul(y, s.core, l.Out, nil)
+	mm(y, s.core, l.Out)
 	return nil
 }

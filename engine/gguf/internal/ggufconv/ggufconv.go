@@ -234,8 +234,8 @@ func Convert(dir, out string, format tensor.Format, opt Options) error {
 }
 
 // metadata is what Qwen3NextModel.set_gguf_parameters (with the TextModel and
-// Qwen2MoeModel parts) writes, less the array rope.dimension_sections of
-// Qwen3.5 (gguf.Write stores scalars only; the loader does not read it).
+// Qwen2MoeModel parts) writes, and the keys llama.cpp needs to load a file
+// without a vocabulary (tokenizer model "none" and the vocabulary size).
 func metadata(arch string, c *checkpoint.Config, scaling bool) []gguf.Meta {
 	u := func(v int) uint32 { return uint32(v) }
 	m := []gguf.Meta{
@@ -257,6 +257,12 @@ func metadata(arch string, c *checkpoint.Config, scaling bool) []gguf.Meta {
 		{Key: arch + ".ssm.time_step_rank", Value: u(c.LinearNumValueHeads)},
 		{Key: arch + ".ssm.inner_size", Value: u(c.LinearValueHeadDim * c.LinearNumValueHeads)},
 		{Key: arch + ".full_attention_interval", Value: u(4)},
+		{Key: "tokenizer.ggml.model", Value: "none"},
+		{Key: arch + ".vocab_size", Value: u(c.VocabSize)},
+	}
+	if arch != "qwen3next" { // Qwen3.5's mrope_section, padded to 4; for text any split works
+		pairs := int(float64(c.HeadDim)*c.PartialRotaryFactor) / 2
+		m = append(m, gguf.Meta{Key: arch + ".rope.dimension_sections", Value: []int32{int32(pairs - pairs/2), int32(pairs / 2), 0, 0}})
 	}
 	if rs := c.RopeScaling; scaling { // the keys TextModel.set_gguf_parameters writes for linear / yarn
 		m = append(m, gguf.RopeMeta(arch, gguf.RopeScaling{Type: rs.Type, Factor: rs.Factor, OriginalContextLength: rs.OriginalMaxPositionEmbeddings,
