@@ -258,7 +258,7 @@ func (m *Model) NewKVPool(cfg KVPoolConfig) (*KVPool, error) {
 		// resumes a cached prefix as the stages around it do. A block is
 		// priced as one attention layer's would be (the snapshots' memory
 		// is paid in blocks).
-		p.bytes = int64(2 * max(m.cfg.NumKeyValueHeads, 1) * max(m.cfg.HeadDim, 1) * cfg.BlockSize * valueBytes)
+		p.bytes = int64(2 * float64(max(m.cfg.NumKeyValueHeads, 1)*max(m.cfg.HeadDim, 1)*cfg.BlockSize) * valueBytes)
 	}
 	if p.bytes == 0 {
 		if !m.whole() {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -56,10 +57,7 @@ func (f *placedFlags) apply(cfg *worker.Config, cf *clusterFlags, wf *workerFlag
 	}
 	pc := worker.DefaultModelsConfig()
 	pc.Listen = f.listen
-	pc.Dir = f.dir
-	if pc.Dir == "" {
-		pc.Dir = filepath.Join(cf.dataDir, "models")
-	}
+	pc.Dir = cmp.Or(f.dir, filepath.Join(cf.dataDir, "models"))
 	if model != "" && wf.model != "" && wf.backend != "test" {
 		pc.Offer = map[string]string{model: wf.model} // share -model with peers
 	}

@@ -137,10 +137,7 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 	slots := f.slots
 	cfg := worker.DefaultConfig()
 	cfg.Name = cf.nodeName(true)
-	cfg.Version = version
-	cfg.Models = []string{model}
-	cfg.Engine = eng
-	cfg.Slots = slots
+	cfg.Version, cfg.Models, cfg.Engine, cfg.Slots = version, []string{model}, eng, slots
 	cfg.Gossip = cf.gossipConfig()
 	if cf.dataDirSet {
 		// Its own restart finds the cluster even if the -join addresses
