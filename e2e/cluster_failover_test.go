@@ -200,12 +200,17 @@ func TestRaftLeaderFailover(t *testing.T) {
 		return ok
 	})
 
+	// Leadership may move under load between the checks above and here.
 	leader := -1
-	for i, c := range coords {
-		if c.IsLeader() {
-			leader = i
+	clustertest.Eventually(t, 10*time.Second, "a raft leader", func() bool {
+		for i, c := range coords {
+			if c.IsLeader() {
+				leader = i
+				return true
+			}
 		}
-	}
+		return false
+	})
 	killed := time.Now()
 	kills[leader]()
 	survivors := []*coordinator.Coordinator{}
