@@ -41,7 +41,7 @@ func loadOn(t *testing.T, name string, cfg Config) (*engine.Model, *Backend) {
 
 // TestFusionBits: with fusion (RMSNorm into the next matmuls, the matmuls of
 // one input in one dispatch, residual adds into the producing matmul or
-// moe_down_combine, QK-norm into rope, DeltaNet's conv and conv state)
+// moe_down_combine, QK-norm into rope, the MoE route into the experts' gate/up, DeltaNet's conv and conv state)
 // every fixture's logits —
 // a prefill of all positions and six one-token decode steps, where the
 // norm fusion applies — are the same bits as with every op its own
@@ -86,10 +86,13 @@ func TestFusionBits(t *testing.T) {
 			if countKernel(st, "dn_conv_state") > 0 && (countKernel(ft, "dn_conv_both") == 0 || countKernel(ft, "dn_conv_state") > 0) {
 				t.Errorf("fused run of a DeltaNet model: %d dn_conv_both, %d dn_conv_state", countKernel(ft, "dn_conv_both"), countKernel(ft, "dn_conv_state"))
 			}
+			if countKernel(st, "moe_route") > 0 && (countKernel(ft, "moe_route_gate_up") == 0 || countKernel(ft, "moe_route") > 0) {
+				t.Errorf("fused run of a MoE model: %d moe_route_gate_up, %d moe_route", countKernel(ft, "moe_route_gate_up"), countKernel(ft, "moe_route"))
+			}
 			if countKernel(ft, "matmul_multi") == 0 {
 				t.Errorf("fused run used no matmul_multi")
 			}
-			if countKernel(st, "rmsnorm_matmul")+countKernel(st, "matmul_add")+countKernel(st, "rmsnorm_rope")+countKernel(st, "matmul_multi") != 0 {
+			if countKernel(st, "rmsnorm_matmul")+countKernel(st, "matmul_add")+countKernel(st, "rmsnorm_rope")+countKernel(st, "matmul_multi")+countKernel(st, "moe_route_gate_up") != 0 {
 				t.Errorf("NoFusion run used fused kernels")
 			}
 			if len(ft) >= len(st) {

@@ -110,16 +110,25 @@ func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEPa
 	// Reused by every MoE layer: the next layer's route runs after this
 	// layer's combine (serial dispatch).
 	idx, wts := b.scratchBuf(&b.moeIdx, 4*R), b.scratchBuf(&b.moeWts, 4*R)
-	b.dispatch("moe_route", [3]int{T, 1, 1}, [3]int{32, 1, 1}, buf(idx), buf(wts), buf(tt(logits).buf),
-		gpu.Arg{Bytes: pack(T, E, K, b2u(p.Normalize))})
+	route := gpu.Arg{Bytes: pack(T, E, K, b2u(p.Normalize))}
 	gt := b.NewTensor(R, inter)
 	var ut engine.Tensor
-	if b.pipes["moe_gate_up"] != nil && bytes.Equal(tabs.gate.params, tabs.up.params) {
+	gateUp := b.pipes["moe_gate_up"] != nil && bytes.Equal(tabs.gate.params, tabs.up.params)
+	if gateUp && b.canFuse("moe_route_gate_up") && T <= maxFuseRows {
+		// One dispatch for the route, gate, up and SwiGLU (same bits as
+		// moe_route + moe_gate_up); every SIMD-group routes its token
+		// again, so only at decode (a few tokens).
+		b.dispatchUse(append(append([]gpu.Buffer(nil), tabs.gate.bufs...), tabs.up.bufs...), "moe_route_gate_up", [3]int{ceil(inter, 4), R, 1}, [3]int{128, 1, 1},
+			buf(tt(gt).buf), buf(xt.buf), buf(tabs.gate.table), buf(tabs.up.table), gpu.Arg{Bytes: tabs.gate.params},
+			buf(idx), gpu.Arg{Bytes: pack(R, inter, H, K, b2u(false))}, buf(wts), buf(tt(logits).buf), route)
+	} else if gateUp {
+		b.dispatch("moe_route", [3]int{T, 1, 1}, [3]int{32, 1, 1}, buf(idx), buf(wts), buf(tt(logits).buf), route)
 		// One dispatch for gate, up and SwiGLU (same bits as the three).
 		b.dispatchUse(append(append([]gpu.Buffer(nil), tabs.gate.bufs...), tabs.up.bufs...), "moe_gate_up", [3]int{ceil(inter, 4), R, 1}, [3]int{128, 1, 1},
 			buf(tt(gt).buf), buf(xt.buf), buf(tabs.gate.table), buf(tabs.up.table), gpu.Arg{Bytes: tabs.gate.params},
 			buf(idx), gpu.Arg{Bytes: pack(R, inter, H, K, b2u(false))})
 	} else {
+		b.dispatch("moe_route", [3]int{T, 1, 1}, [3]int{32, 1, 1}, buf(idx), buf(wts), buf(tt(logits).buf), route)
 		ut = b.NewTensor(R, inter)
 		b.gathered(tt(gt).buf, xt.buf, tabs.gate, idx, R, inter, H, K, false)
 		b.gathered(tt(ut).buf, xt.buf, tabs.up, idx, R, inter, H, K, false)
