@@ -176,7 +176,16 @@ kernel void moe_gate_up(device float *y [[buffer(0)]],
 // the bits of moe_route's) and then computes moe_gate_up's expression for
 // the expert of its slot; the first SIMD-group of slot 0 of each token
 // stores idx and wts for moe_down_combine. Buffers 0-6 as moe_gate_up's
-// (idx written), 7 wts, 8 router logits [T, E], 9 RouteParams.
+// (idx written), 7 wts, 8 router logits [T, E], 9 RouteParams; with
+// has_shared, grid rows R..R+T-1 compute the shared expert's gate/up
+// (matmul_gate_up's bits) into sy [T, N] from 11-17 (its gate's and up's
+// data, scales, biases, WeightParams). Grid (ceil(max(N, shared N)/4),
+// R (+ T)).
+struct SharedGateUpParams {
+	uint N;          // the shared expert's intermediate size
+	uint has_shared;
+};
+
 kernel void moe_route_gate_up(device float *y [[buffer(0)]],
                               device const float *x [[buffer(1)]],
                               device const ExpertPtrs *gtab [[buffer(2)]],
@@ -187,12 +196,44 @@ kernel void moe_route_gate_up(device float *y [[buffer(0)]],
                               device float *wts [[buffer(7)]],
                               device const float *logits [[buffer(8)]],
                               constant RouteParams &rp [[buffer(9)]],
+                              device float *sy [[buffer(10)]],
+                              device const uchar *SGW [[buffer(11)]],
+                              device const uchar *SGS [[buffer(12)]],
+                              device const uchar *SGB [[buffer(13)]],
+                              device const uchar *SUW [[buffer(14)]],
+                              device const uchar *SUS [[buffer(15)]],
+                              device const uchar *SUB [[buffer(16)]],
+                              constant WeightParams &swp [[buffer(17)]],
+                              constant SharedGateUpParams &sp [[buffer(18)]],
                               uint2 tg [[threadgroup_position_in_grid]],
                               uint sg [[simdgroup_index_in_threadgroup]],
                               uint lane [[thread_index_in_simdgroup]]) {
 	uint n = tg.x * 4 + sg;
 	uint r = tg.y;
-	if (n >= p.N || r >= p.R) return;
+	if (r >= p.R) {
+		// The shared expert's gate/up of token r - R: matmul_gate_up's
+		// expression for one row (the same sums, + 0.0f as its absent bias).
+		uint t = r - p.R;
+		if (sp.has_shared == 0 || t >= rp.T || n >= sp.N) return;
+		device const float *xt = x + ulong(t) * p.Kd;
+		float ag = 0.0f, au = 0.0f;
+		for (uint c = lane; c < p.Kd / 8; c += 32) {
+			float w[8];
+			load8(SGW, SGS, SGB, swp, n, c, w);
+			float s = 0.0f;
+			for (uint k = 0; k < 8; k++) s += w[k] * xt[8 * c + k];
+			ag += s;
+			load8(SUW, SUS, SUB, swp, n, c, w);
+			s = 0.0f;
+			for (uint k = 0; k < 8; k++) s += w[k] * xt[8 * c + k];
+			au += s;
+		}
+		float g = simd_sum(ag) + 0.0f;
+		float u = simd_sum(au) + 0.0f;
+		if (lane == 0) sy[ulong(t) * sp.N + n] = g / (1.0f + exp(-g)) * u;
+		return;
+	}
+	if (n >= p.N) return;
 	uint t = r / p.K, slot = r % p.K;
 	bool write = tg.x == 0 && sg == 0 && slot == 0;
 	uint ex = route_token(idx + t * p.K, wts + t * p.K, logits + ulong(t) * rp.E, rp, lane, write, slot);
