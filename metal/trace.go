@@ -154,6 +154,9 @@ func dispatchBytes(name string, g, t [3]int, args []gpu.Arg) int64 {
 	case "attention": // dst, q, k, v, (row, N, pos, heads, kvh, hd, scale)
 		n, pos, kvh, hd := u32(arg(4), 1), u32(arg(4), 2), u32(arg(4), 4), u32(arg(4), 5)
 		return 8 * kvh * hd * (n*pos + n*(n+1)/2)
+	case "attention_gated": // attention's, gate: + sigmoid_mul's read of the gate
+		n, pos, heads, kvh, hd := u32(arg(4), 1), u32(arg(4), 2), u32(arg(4), 3), u32(arg(4), 4), u32(arg(4), 5)
+		return 8*kvh*hd*(n*pos+n*(n+1)/2) + 4*n*heads*hd
 	case "dn_rule": // ..., (row, N, kh, nv, kd, vd, C, fresh)
 		p := arg(len(args) - 1)
 		n, nv, kd, vd, c := u32(p, 1), u32(p, 3), u32(p, 4), u32(p, 5), u32(p, 6)
