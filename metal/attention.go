@@ -128,8 +128,16 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 				continue
 			}
 		}
-		b.dispatch("attention", [3]int{p.Heads, s.N, 1}, [3]int{32, 1, 1},
-			buf(d.buf), buf(qt.buf), buf(c.k), buf(c.v),
-			gpu.Arg{Bytes: pack(s.Row, s.N, s.Pos, p.Heads, p.KVHeads, p.HeadDim, p.Scale)})
+		args := []gpu.Arg{buf(d.buf), buf(qt.buf), buf(c.k), buf(c.v),
+			gpu.Arg{Bytes: pack(s.Row, s.N, s.Pos, p.Heads, p.KVHeads, p.HeadDim, p.Scale)}}
+		grid := [3]int{p.Heads, s.N, 1}
+		if len(paged) == 0 && len(seqs) == 1 && s.Row == 0 && s.N == d.rows && b.canFuse("attention_gated") {
+			// Held: an output gate (SigmoidMul of d in place) that follows
+			// becomes its epilogue (attention_gated).
+			b.hold(&heldOp{kind: heldAttn, out: d, emit: func() { b.dispatch("attention", grid, [3]int{32, 1, 1}, args...) },
+				gate: func(g *Tensor) { b.dispatch("attention_gated", grid, [3]int{32, 1, 1}, append(args[:5:5], buf(g.buf))...) }})
+			continue
+		}
+		b.dispatch("attention", grid, [3]int{32, 1, 1}, args...)
 	}
 }

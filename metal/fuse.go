@@ -25,6 +25,7 @@ type heldKind int
 const (
 	heldNorm    heldKind = iota + 1 // rmsnorm(dst ← x): whole rows, dst ≠ x; or per head in place (heads)
 	heldProduct                     // matmul or moe_down_combine writing out
+	heldAttn                        // attention of one sequence writing all rows of out
 )
 
 // heldOp is an op encoded later: emit encodes it as it stands; the fields
@@ -42,6 +43,8 @@ type heldOp struct {
 	// residual add res = a + b as its epilogue.
 	out  *Tensor
 	fuse func(res, a, b *Tensor) bool // false: it cannot (then emit)
+	// heldAttn: gate encodes it with out *= sigmoid(g) as its epilogue.
+	gate func(g *Tensor)
 	emit func()
 	// A group of matmuls of one x (MatMul): mm, and the norm that
 	// produced x if it is fused in (then x is its output, h).
@@ -235,4 +238,17 @@ func checkFusedShapes(op string, res, a, c *Tensor) {
 	if res.rows != a.rows || res.cols != a.cols || c.rows != a.rows || c.cols != a.cols {
 		panic(fmt.Sprintf("metal: %s: add of [%d, %d] and [%d, %d] into [%d, %d]", op, a.rows, a.cols, c.rows, c.cols, res.rows, res.cols))
 	}
+}
+
+// fusedGate encodes SigmoidMul(dst, x, g) as the epilogue of the held
+// attention that writes dst = x; false if there is none.
+func (b *Backend) fusedGate(dst, x, g *Tensor) bool {
+	h := b.held
+	if h == nil || h.kind != heldAttn || h.out != dst || dst != x || g == dst {
+		return false
+	}
+	sameShape("sigmoid_mul", dst, x, g)
+	b.held = nil
+	h.gate(g)
+	return true
 }

@@ -41,7 +41,7 @@ func loadOn(t *testing.T, name string, cfg Config) (*engine.Model, *Backend) {
 
 // TestFusionBits: with fusion (RMSNorm into the next matmuls, the matmuls of
 // one input in one dispatch, residual adds into the producing matmul or
-// moe_down_combine, QK-norm into rope, DeltaNet's conv and conv state)
+// moe_down_combine, QK-norm into rope, the MoE route and the shared expert's gate/up into the experts' gate/up, the attention output gate into attention, DeltaNet's conv and conv state)
 // every fixture's logits —
 // a prefill of all positions and six one-token decode steps, where the
 // norm fusion applies — are the same bits as with every op its own
@@ -86,10 +86,19 @@ func TestFusionBits(t *testing.T) {
 			if countKernel(st, "dn_conv_state") > 0 && (countKernel(ft, "dn_conv_both") == 0 || countKernel(ft, "dn_conv_state") > 0) {
 				t.Errorf("fused run of a DeltaNet model: %d dn_conv_both, %d dn_conv_state", countKernel(ft, "dn_conv_both"), countKernel(ft, "dn_conv_state"))
 			}
+			if countKernel(st, "moe_route") > 0 && (countKernel(ft, "moe_route_gate_up") == 0 || countKernel(ft, "moe_route") > 0) {
+				t.Errorf("fused run of a MoE model: %d moe_route_gate_up, %d moe_route", countKernel(ft, "moe_route_gate_up"), countKernel(ft, "moe_route"))
+			}
+			if name == "hf/qwen3_5_moe" && countKernel(ft, "matmul_gate_up") >= countKernel(st, "matmul_gate_up") {
+				t.Errorf("fused run of a shared-expert MoE: %d matmul_gate_up, separate %d (the shared gate/up joins moe_route_gate_up)", countKernel(ft, "matmul_gate_up"), countKernel(st, "matmul_gate_up"))
+			}
+			if countKernel(st, "sigmoid_mul") > 0 && (countKernel(ft, "attention_gated") == 0 || countKernel(ft, "sigmoid_mul") > 0) {
+				t.Errorf("fused run of a gated-attention model: %d attention_gated, %d sigmoid_mul", countKernel(ft, "attention_gated"), countKernel(ft, "sigmoid_mul"))
+			}
 			if countKernel(ft, "matmul_multi") == 0 {
 				t.Errorf("fused run used no matmul_multi")
 			}
-			if countKernel(st, "rmsnorm_matmul")+countKernel(st, "matmul_add")+countKernel(st, "rmsnorm_rope")+countKernel(st, "matmul_multi") != 0 {
+			if countKernel(st, "rmsnorm_matmul")+countKernel(st, "matmul_add")+countKernel(st, "rmsnorm_rope")+countKernel(st, "matmul_multi")+countKernel(st, "moe_route_gate_up")+countKernel(st, "attention_gated") != 0 {
 				t.Errorf("NoFusion run used fused kernels")
 			}
 			if len(ft) >= len(st) {

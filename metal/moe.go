@@ -110,23 +110,48 @@ func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEPa
 	// Reused by every MoE layer: the next layer's route runs after this
 	// layer's combine (serial dispatch).
 	idx, wts := b.scratchBuf(&b.moeIdx, 4*R), b.scratchBuf(&b.moeWts, 4*R)
-	b.dispatch("moe_route", [3]int{T, 1, 1}, [3]int{32, 1, 1}, buf(idx), buf(wts), buf(tt(logits).buf),
-		gpu.Arg{Bytes: pack(T, E, K, b2u(p.Normalize))})
+	route := gpu.Arg{Bytes: pack(T, E, K, b2u(p.Normalize))}
 	gt := b.NewTensor(R, inter)
 	var ut engine.Tensor
-	if b.pipes["moe_gate_up"] != nil && bytes.Equal(tabs.gate.params, tabs.up.params) {
+	gateUp := b.pipes["moe_gate_up"] != nil && bytes.Equal(tabs.gate.params, tabs.up.params)
+	downCombine := b.pipes["moe_down_combine"] != nil && inter%8 == 0 && H%8 == 0
+	var sg engine.Tensor // the shared expert's gate/up, when fused here
+	if gateUp && b.canFuse("moe_route_gate_up") && T <= maxFuseRows {
+		// One dispatch for the route, gate, up and SwiGLU (same bits as
+		// moe_route + moe_gate_up); every SIMD-group routes its token
+		// again, so only at decode (a few tokens). The shared expert's
+		// gate/up (matmul_gate_up) joins as T more grid rows.
+		d := gpu.Arg{Buf: b.dummy}
+		shared := []gpu.Arg{d, d, d, d, d, d, d, {Bytes: tabs.gate.params}, {Bytes: pack(0, 0)}}
+		grid := [3]int{ceil(inter, 4), R, 1}
+		if w.Shared != nil && downCombine {
+			g, u := ww(w.Shared.Gate), ww(w.Shared.Up)
+			if bytes.Equal(g.params, u.params) && g.cols == H && u.rows == g.rows && u.cols == H {
+				sg = b.NewTensor(T, g.rows)
+				shared = append(append([]gpu.Arg{buf(tt(sg).buf)}, b.weightArgs(g)[:3]...), b.weightArgs(u)...)
+				shared = append(shared, gpu.Arg{Bytes: pack(g.rows, 1)})
+				grid = [3]int{ceil(max(inter, g.rows), 4), R + T, 1}
+			}
+		}
+		args := []gpu.Arg{buf(tt(gt).buf), buf(xt.buf), buf(tabs.gate.table), buf(tabs.up.table), gpu.Arg{Bytes: tabs.gate.params},
+			buf(idx), gpu.Arg{Bytes: pack(R, inter, H, K, b2u(false))}, buf(wts), buf(tt(logits).buf), route}
+		b.dispatchUse(append(append([]gpu.Buffer(nil), tabs.gate.bufs...), tabs.up.bufs...), "moe_route_gate_up", grid, [3]int{128, 1, 1},
+			append(args, shared...)...)
+	} else if gateUp {
+		b.dispatch("moe_route", [3]int{T, 1, 1}, [3]int{32, 1, 1}, buf(idx), buf(wts), buf(tt(logits).buf), route)
 		// One dispatch for gate, up and SwiGLU (same bits as the three).
 		b.dispatchUse(append(append([]gpu.Buffer(nil), tabs.gate.bufs...), tabs.up.bufs...), "moe_gate_up", [3]int{ceil(inter, 4), R, 1}, [3]int{128, 1, 1},
 			buf(tt(gt).buf), buf(xt.buf), buf(tabs.gate.table), buf(tabs.up.table), gpu.Arg{Bytes: tabs.gate.params},
 			buf(idx), gpu.Arg{Bytes: pack(R, inter, H, K, b2u(false))})
 	} else {
+		b.dispatch("moe_route", [3]int{T, 1, 1}, [3]int{32, 1, 1}, buf(idx), buf(wts), buf(tt(logits).buf), route)
 		ut = b.NewTensor(R, inter)
 		b.gathered(tt(gt).buf, xt.buf, tabs.gate, idx, R, inter, H, K, false)
 		b.gathered(tt(ut).buf, xt.buf, tabs.up, idx, R, inter, H, K, false)
 		b.SwiGLU(gt, gt, ut)
 	}
-	var yt, sy, sg, su engine.Tensor
-	if b.pipes["moe_down_combine"] != nil && inter%8 == 0 && H%8 == 0 {
+	var yt, sy, su engine.Tensor
+	if downCombine {
 		// One dispatch for the down projections, the shared gate and the
 		// combine (same bits as the four separate dispatches below).
 		d := gpu.Arg{Buf: b.dummy}
@@ -134,8 +159,10 @@ func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEPa
 		si := 0
 		if w.Shared != nil {
 			si = ww(w.Shared.Gate).rows
-			sg = b.NewTensor(T, si)
-			b.gateUp(sg, x, w.Shared.Gate, w.Shared.Up)
+			if sg == nil {
+				sg = b.NewTensor(T, si)
+				b.gateUp(sg, x, w.Shared.Gate, w.Shared.Up)
+			}
 			sd, gw := ww(w.Shared.Down), ww(w.SharedGate)
 			if sd.rows != H || sd.cols != si || si%8 != 0 || gw.rows != 1 || gw.cols != H {
 				panic(fmt.Sprintf("metal: moe shared down [%d, %d] and gate [%d, %d] for hidden %d, intermediate %d", sd.rows, sd.cols, gw.rows, gw.cols, H, si))

@@ -180,7 +180,12 @@ func (b *Backend) SwiGLU(dst, gate, up engine.Tensor) {
 }
 
 // SigmoidMul implements engine.Backend.
+// An output gate of the attention just encoded is its epilogue
+// (metal/fuse.go).
 func (b *Backend) SigmoidMul(dst, x, gate engine.Tensor) {
+	if b.fusedGate(tt(dst), tt(x), tt(gate)) {
+		return
+	}
 	b.elementwise("sigmoid_mul", tt(dst), tt(x), tt(gate))
 }
 

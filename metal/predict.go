@@ -61,7 +61,7 @@ func DefaultPredictModel() PredictModel {
 // kernelClass groups kernels by how they use memory bandwidth.
 func kernelClass(kernel string) string {
 	switch {
-	case kernel == "matmul" || kernel == "matmul_gate_up" || kernel == "moe_matmul" || kernel == "moe_gate_up" || kernel == "moe_down_combine" ||
+	case kernel == "matmul" || kernel == "matmul_gate_up" || kernel == "moe_matmul" || kernel == "moe_gate_up" || kernel == "moe_route_gate_up" || kernel == "moe_down_combine" ||
 		kernel == "rmsnorm_matmul" || kernel == "matmul_add" || kernel == "matmul_multi" || strings.HasPrefix(kernel, "embed"):
 		return "matvec"
 	case strings.HasPrefix(kernel, "attention"):

@@ -127,6 +127,14 @@ func dispatchBytes(name string, g, t [3]int, args []gpu.Arg) int64 {
 	case "moe_gate_up": // y, x, gate table, up table, WeightParams, idx, (R, N, Kd, K, perRow)
 		r, n, kd := u32(arg(6), 0), u32(arg(6), 1), u32(arg(6), 2)
 		return 2*r*weightBytes(arg(4), n) + 4*r*(n+kd)
+	case "moe_route_gate_up": // moe_gate_up's, wts, logits, (T, E, K, normalize), sy, shared gate, up, WeightParams, (si, shared)
+		r, n, kd := u32(arg(6), 0), u32(arg(6), 1), u32(arg(6), 2)
+		t, e, k := u32(arg(9), 0), u32(arg(9), 1), u32(arg(9), 2)
+		bytes := 2*r*weightBytes(arg(4), n) + 4*r*(n+kd) + 4*t*e + 8*t*k
+		if si := u32(arg(18), 0); u32(arg(18), 1) != 0 { // + the shared expert's gate/up
+			bytes += 2*weightBytes(arg(17), si) + 4*t*(si+kd)
+		}
+		return bytes
 	case "moe_down_combine": // dst, h, table, WeightParams, idx, wts, hs, SW, SS, SB, sWP, x, GW, GS, GB, gWP, (T, H, K, inter, shared, si)
 		t, h, k, inter, shared, si := u32(arg(16), 0), u32(arg(16), 1), u32(arg(16), 2), u32(arg(16), 3), u32(arg(16), 4), u32(arg(16), 5)
 		bytes := t*k*weightBytes(arg(3), h) + 4*t*(k*inter+h)
@@ -146,6 +154,9 @@ func dispatchBytes(name string, g, t [3]int, args []gpu.Arg) int64 {
 	case "attention": // dst, q, k, v, (row, N, pos, heads, kvh, hd, scale)
 		n, pos, kvh, hd := u32(arg(4), 1), u32(arg(4), 2), u32(arg(4), 4), u32(arg(4), 5)
 		return 8 * kvh * hd * (n*pos + n*(n+1)/2)
+	case "attention_gated": // attention's, gate: + sigmoid_mul's read of the gate
+		n, pos, heads, kvh, hd := u32(arg(4), 1), u32(arg(4), 2), u32(arg(4), 3), u32(arg(4), 4), u32(arg(4), 5)
+		return 8*kvh*hd*(n*pos+n*(n+1)/2) + 4*n*heads*hd
 	case "dn_rule": // ..., (row, N, kh, nv, kd, vd, C, fresh)
 		p := arg(len(args) - 1)
 		n, nv, kd, vd, c := u32(p, 1), u32(p, 3), u32(p, 4), u32(p, 5), u32(p, 6)

@@ -202,14 +202,11 @@ struct AttnParams {
 // blocks of 32 positions: lane l scores position base+l, the block's max and
 // sum update an online softmax, and each lane accumulates its own output
 // dimensions (lane + 32j) from the block's weights in threadgroup memory.
-kernel void attention(device float *dst [[buffer(0)]],
-                      device const float *q [[buffer(1)]],
-                      device const float *kc [[buffer(2)]],
-                      device const float *vc [[buffer(3)]],
-                      constant AttnParams &p [[buffer(4)]],
-                      uint2 tg [[threadgroup_position_in_grid]],
-                      uint lane [[thread_index_in_simdgroup]]) {
-	TG_MEM float pw[32];
+// attention_head: the body of attention (one head of one row); with gate,
+// the output is then multiplied by sigmoid(gate) as sigmoid_mul computes it
+// (attention_gated: the output gate of gated attention as its epilogue).
+inline void attention_head(device float *dst, device const float *q, device const float *kc, device const float *vc,
+                           constant AttnParams &p, device const float *gate, threadgroup float *pw, uint2 tg, uint lane) {
 	uint h = tg.x, i = tg.y;
 	uint kvh = h / (p.heads / p.kv_heads);
 	uint kdim = p.kv_heads * p.head_dim;
@@ -248,8 +245,34 @@ kernel void attention(device float *dst [[buffer(0)]],
 	for (uint j = 0; j < ATT_MAXD; j++) {
 		uint d = lane + 32 * j;
 		if (d >= p.head_dim) break;
-		o[d] = acc[j] / l;
+		float v = acc[j] / l;
+		o[d] = gate != nullptr ? v / (1.0f + exp(-gate[o - dst + d])) : v; // sigmoid_mul's expression
 	}
+}
+
+kernel void attention(device float *dst [[buffer(0)]],
+                      device const float *q [[buffer(1)]],
+                      device const float *kc [[buffer(2)]],
+                      device const float *vc [[buffer(3)]],
+                      constant AttnParams &p [[buffer(4)]],
+                      uint2 tg [[threadgroup_position_in_grid]],
+                      uint lane [[thread_index_in_simdgroup]]) {
+	TG_MEM float pw[32];
+	attention_head(dst, q, kc, vc, p, nullptr, pw, tg, lane);
+}
+
+// attention_gated: attention followed by sigmoid_mul(dst, dst, gate) in one
+// dispatch (the bits of the two); gate [rows, heads*head_dim] as dst.
+kernel void attention_gated(device float *dst [[buffer(0)]],
+                            device const float *q [[buffer(1)]],
+                            device const float *kc [[buffer(2)]],
+                            device const float *vc [[buffer(3)]],
+                            constant AttnParams &p [[buffer(4)]],
+                            device const float *gate [[buffer(5)]],
+                            uint2 tg [[threadgroup_position_in_grid]],
+                            uint lane [[thread_index_in_simdgroup]]) {
+	TG_MEM float pw[32];
+	attention_head(dst, q, kc, vc, p, gate, pw, tg, lane);
 }
 
 // ---- element-wise ops over n values (256-thread groups) ----

@@ -12,14 +12,12 @@ struct RouteParams {
 
 #define MOE_MAXE 16 // experts per lane: E <= 512
 
-// moe_route: grid (T), 32 threads. logits [T, E] → idx [T, K], wts [T, K].
-kernel void moe_route(device int *idx [[buffer(0)]],
-                      device float *wts [[buffer(1)]],
-                      device const float *logits [[buffer(2)]],
-                      constant RouteParams &p [[buffer(3)]],
-                      uint tg [[threadgroup_position_in_grid]],
-                      uint lane [[thread_index_in_simdgroup]]) {
-	device const float *l = logits + ulong(tg) * p.E;
+// route_token: the top-K of one token's router logits l [E]: softmax,
+// then K rounds of the largest remaining probability (ties: the lower
+// expert). With write, lane 0 stores idx [K] and wts [K] (normalised when
+// p.normalize). Returns, on every lane, the expert of slot want.
+inline uint route_token(device int *idx, device float *wts, device const float *l, constant RouteParams &p,
+                        uint lane, bool write, uint want) {
 	float pr[MOE_MAXE];
 	float mx = NEG_BIG;
 	for (uint i = 0; i < MOE_MAXE; i++) {
@@ -40,6 +38,7 @@ kernel void moe_route(device int *idx [[buffer(0)]],
 		pr[i] = e < p.E ? pr[i] / sum : -1.0f; // -1: not a candidate
 	}
 	float total = 0.0f;
+	uint got = 0;
 	for (uint s = 0; s < p.K; s++) {
 		float bv = -1.0f;
 		uint be = 0xffffffffu;
@@ -60,14 +59,26 @@ kernel void moe_route(device int *idx [[buffer(0)]],
 			m = as_type<float>(0x7fc00000u); // NaN
 		}
 		if (win % 32 == lane) pr[win / 32] = -1.0f;
-		if (lane == 0) {
-			idx[tg * p.K + s] = int(win);
-			wts[tg * p.K + s] = m;
+		if (write && lane == 0) {
+			idx[s] = int(win);
+			wts[s] = m;
 		}
+		if (s == want) got = win;
 		total += m;
 	}
-	if (p.normalize != 0 && lane == 0)
-		for (uint s = 0; s < p.K; s++) wts[tg * p.K + s] = wts[tg * p.K + s] / total;
+	if (write && p.normalize != 0 && lane == 0)
+		for (uint s = 0; s < p.K; s++) wts[s] = wts[s] / total;
+	return got;
+}
+
+// moe_route: grid (T), 32 threads. logits [T, E] → idx [T, K], wts [T, K].
+kernel void moe_route(device int *idx [[buffer(0)]],
+                      device float *wts [[buffer(1)]],
+                      device const float *logits [[buffer(2)]],
+                      constant RouteParams &p [[buffer(3)]],
+                      uint tg [[threadgroup_position_in_grid]],
+                      uint lane [[thread_index_in_simdgroup]]) {
+	route_token(idx + tg * p.K, wts + tg * p.K, logits + ulong(tg) * p.E, p, lane, true, 0);
 }
 
 // ExpertPtrs locates one expert's matrix (data, MLX scales and biases).
@@ -135,6 +146,98 @@ kernel void moe_gate_up(device float *y [[buffer(0)]],
 	uint r = tg.y;
 	if (n >= p.N || r >= p.R) return;
 	ExpertPtrs ge = gtab[idx[r]], ue = utab[idx[r]];
+	ge.w = DEVICE_PTR(ge.w);
+	ge.s = DEVICE_PTR(ge.s);
+	ge.b = DEVICE_PTR(ge.b);
+	ue.w = DEVICE_PTR(ue.w);
+	ue.s = DEVICE_PTR(ue.s);
+	ue.b = DEVICE_PTR(ue.b);
+	device const float *xr = x + ulong(p.x_per_row != 0 ? r : r / p.K) * p.Kd;
+	float ag = 0.0f, au = 0.0f;
+	for (uint c = lane; c < p.Kd / 8; c += 32) {
+		float w[8];
+		load8(ge.w, ge.s, ge.b, wp, n, c, w);
+		float s = 0.0f;
+		for (uint k = 0; k < 8; k++) s += w[k] * xr[8 * c + k];
+		ag += s;
+		load8(ue.w, ue.s, ue.b, wp, n, c, w);
+		s = 0.0f;
+		for (uint k = 0; k < 8; k++) s += w[k] * xr[8 * c + k];
+		au += s;
+	}
+	ag = simd_sum(ag);
+	au = simd_sum(au);
+	if (lane == 0) y[ulong(r) * p.N + n] = ag / (1.0f + exp(-ag)) * au;
+}
+
+// moe_route_gate_up: moe_route fused into moe_gate_up (one dispatch
+// fewer per MoE layer). Every SIMD-group routes the token of its row
+// itself (route_token, moe_route's code, so the experts and weights are
+// the bits of moe_route's) and then computes moe_gate_up's expression for
+// the expert of its slot; the first SIMD-group of slot 0 of each token
+// stores idx and wts for moe_down_combine. Buffers 0-6 as moe_gate_up's
+// (idx written), 7 wts, 8 router logits [T, E], 9 RouteParams; with
+// has_shared, grid rows R..R+T-1 compute the shared expert's gate/up
+// (matmul_gate_up's bits) into sy [T, N] from 11-17 (its gate's and up's
+// data, scales, biases, WeightParams). Grid (ceil(max(N, shared N)/4),
+// R (+ T)).
+struct SharedGateUpParams {
+	uint N;          // the shared expert's intermediate size
+	uint has_shared;
+};
+
+kernel void moe_route_gate_up(device float *y [[buffer(0)]],
+                              device const float *x [[buffer(1)]],
+                              device const ExpertPtrs *gtab [[buffer(2)]],
+                              device const ExpertPtrs *utab [[buffer(3)]],
+                              constant WeightParams &wp [[buffer(4)]],
+                              device int *idx [[buffer(5)]],
+                              constant GatherParams &p [[buffer(6)]],
+                              device float *wts [[buffer(7)]],
+                              device const float *logits [[buffer(8)]],
+                              constant RouteParams &rp [[buffer(9)]],
+                              device float *sy [[buffer(10)]],
+                              device const uchar *SGW [[buffer(11)]],
+                              device const uchar *SGS [[buffer(12)]],
+                              device const uchar *SGB [[buffer(13)]],
+                              device const uchar *SUW [[buffer(14)]],
+                              device const uchar *SUS [[buffer(15)]],
+                              device const uchar *SUB [[buffer(16)]],
+                              constant WeightParams &swp [[buffer(17)]],
+                              constant SharedGateUpParams &sp [[buffer(18)]],
+                              uint2 tg [[threadgroup_position_in_grid]],
+                              uint sg [[simdgroup_index_in_threadgroup]],
+                              uint lane [[thread_index_in_simdgroup]]) {
+	uint n = tg.x * 4 + sg;
+	uint r = tg.y;
+	if (r >= p.R) {
+		// The shared expert's gate/up of token r - R: matmul_gate_up's
+		// expression for one row (the same sums, + 0.0f as its absent bias).
+		uint t = r - p.R;
+		if (sp.has_shared == 0 || t >= rp.T || n >= sp.N) return;
+		device const float *xt = x + ulong(t) * p.Kd;
+		float ag = 0.0f, au = 0.0f;
+		for (uint c = lane; c < p.Kd / 8; c += 32) {
+			float w[8];
+			load8(SGW, SGS, SGB, swp, n, c, w);
+			float s = 0.0f;
+			for (uint k = 0; k < 8; k++) s += w[k] * xt[8 * c + k];
+			ag += s;
+			load8(SUW, SUS, SUB, swp, n, c, w);
+			s = 0.0f;
+			for (uint k = 0; k < 8; k++) s += w[k] * xt[8 * c + k];
+			au += s;
+		}
+		float g = simd_sum(ag) + 0.0f;
+		float u = simd_sum(au) + 0.0f;
+		if (lane == 0) sy[ulong(t) * sp.N + n] = g / (1.0f + exp(-g)) * u;
+		return;
+	}
+	if (n >= p.N) return;
+	uint t = r / p.K, slot = r % p.K;
+	bool write = tg.x == 0 && sg == 0 && slot == 0;
+	uint ex = route_token(idx + t * p.K, wts + t * p.K, logits + ulong(t) * rp.E, rp, lane, write, slot);
+	ExpertPtrs ge = gtab[ex], ue = utab[ex];
 	ge.w = DEVICE_PTR(ge.w);
 	ge.s = DEVICE_PTR(ge.s);
 	ge.b = DEVICE_PTR(ge.b);
