@@ -366,6 +366,13 @@ func untileRows(h *tensor.Host, skip, hd int, d *linDims) (*tensor.Host, error) 
 	if d.nv == d.nk {
 		return h, nil
 	}
+	return moveHeadRows(h, skip, hd, d, false)
+}
+
+// moveHeadRows copies h with its value-head rows (hd rows each, after the
+// first skip rows) moved between the file's tiled order and the grouped
+// one: grouped head j is tiled head srcHead(j); toTiled picks the direction.
+func moveHeadRows(h *tensor.Host, skip, hd int, d *linDims, toTiled bool) (*tensor.Host, error) {
 	rb, err := rowBytes(h)
 	if err != nil {
 		return nil, err
@@ -374,8 +381,11 @@ func untileRows(h *tensor.Host, skip, hd int, d *linDims) (*tensor.Host, error) 
 	copy(out, h.Data[:skip*rb])
 	hb := hd * rb
 	for j := 0; j < d.nv; j++ {
-		s := srcHead(j, d)
-		copy(out[skip*rb+j*hb:skip*rb+(j+1)*hb], h.Data[skip*rb+s*hb:skip*rb+(s+1)*hb])
+		dst, src := j, srcHead(j, d)
+		if toTiled {
+			dst, src = src, dst
+		}
+		copy(out[skip*rb+dst*hb:skip*rb+(dst+1)*hb], h.Data[skip*rb+src*hb:skip*rb+(src+1)*hb])
 	}
 	c := *h
 	c.Shape = slices.Clone(h.Shape)

@@ -341,21 +341,7 @@ func tileRows(h *tensor.Host, skip, hd int, d *linDims) (*tensor.Host, error) {
 	if h.Rows() != skip+d.nv*hd {
 		return nil, fmt.Errorf("%d rows, want %d", h.Rows(), skip+d.nv*hd)
 	}
-	rb, err := rowBytes(h)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, len(h.Data))
-	copy(out, h.Data[:skip*rb])
-	hb := hd * rb
-	for j := 0; j < d.nv; j++ {
-		s := srcHead(j, d)
-		copy(out[skip*rb+s*hb:skip*rb+(s+1)*hb], h.Data[skip*rb+j*hb:skip*rb+(j+1)*hb])
-	}
-	c := *h
-	c.Shape = slices.Clone(h.Shape)
-	c.Data = out
-	return &c, nil
+	return moveHeadRows(h, skip, hd, d, true)
 }
 
 // tileCols is untileCols' inverse for out_proj. A value head must be a whole
