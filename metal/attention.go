@@ -87,6 +87,13 @@ func (b *Backend) StoreKV(k, v engine.Tensor, seqs []engine.AttnSeq) {
 			continue
 		}
 		c.reserve(s.Pos+s.N, s.Pos)
+		if h := b.held; h != nil && h.kind == heldRope && h.out == kt && vt != kt && len(seqs) == 1 && s.Row == 0 && s.N == kt.rows {
+			// The key's QK-norm + rope held: it writes the cache rows too.
+			b.held = nil
+			h.store(c.k, c.v, vt, s.Pos, c.dim)
+			c.n = s.Pos + s.N
+			continue
+		}
 		n := s.N * c.dim
 		b.dispatch("store_kv", [3]int{ceil(n, 256), 1, 1}, [3]int{256, 1, 1},
 			buf(c.k), buf(c.v), buf(kt.buf), buf(vt.buf), gpu.Arg{Bytes: pack(s.Row, s.N, s.Pos, c.dim)})

@@ -116,7 +116,7 @@ var _ engine.Backend = (*Backend)(nil)
 var pipelineNames = []string{"embed", "matmul", "matmul_gate_up", "rmsnorm", "rope", "store_kv", "attention", "swiglu", "sigmoid_mul", "add", "copy2d", "deinterleave", "gather",
 	"dn_conv", "dn_conv_state", "dn_rule", "dn_gated_norm", "moe_route", "moe_matmul", "moe_gate_up", "moe_combine", "moe_down_combine", "argmax",
 	"store_kv_paged", "attention_paged", "attention_paged_part", "attention_combine",
-	"rmsnorm_matmul", "matmul_add", "embed_ref", "rmsnorm_rope", "matmul_multi", "dn_conv_both", "moe_route_gate_up", "attention_gated"}
+	"rmsnorm_matmul", "matmul_add", "embed_ref", "rmsnorm_rope", "matmul_multi", "dn_conv_both", "moe_route_gate_up", "attention_gated", "dn_step", "rmsnorm_rope_kv"}
 
 // maxGroupThreads is the largest threadgroup any op dispatches (the
 // elementwise kernels' 256).

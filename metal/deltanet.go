@@ -133,6 +133,18 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 			continue
 		}
 		from, to := st.cur, 1-st.cur
+		if sq.N <= maxFuseRows && p.KeyDim <= 256 && p.ValueDim <= 256 && b.canFuse("dn_step") {
+			// Decode: conv, conv state, rule and gated norm in one dispatch (same bits).
+			b.dispatch("dn_step", [3]int{nv, 1, 1}, [3]int{ceil(p.ValueDim, 32) * 32, 1, 1},
+				buf(o.buf), buf(x.buf), buf(zt.buf), gpu.Arg{Buf: cw.data, Off: cw.off}, buf(st.conv[from]), buf(st.conv[to]),
+				buf(bb.buf), buf(aa.buf), gpu.Arg{Buf: al.data, Off: al.off}, gpu.Arg{Buf: dt.data, Off: dt.off},
+				buf(st.rule[from]), buf(st.rule[to]), gpu.Arg{Buf: nw.data, Off: nw.off},
+				gpu.Arg{Bytes: pack(sq.Row, sq.N, C, K, b2u(st.fresh), p.KeyHeads, nv, p.KeyDim, p.ValueDim, p.Eps)})
+			st.prevN, st.prevFresh = st.n, st.fresh
+			st.cur, st.fresh = to, false
+			st.n += sq.N
+			continue
+		}
 		cp := gpu.Arg{Bytes: pack(sq.Row, sq.N, C, K, b2u(st.fresh))}
 		if K > 1 && b.canFuse("dn_conv_both") {
 			// Conv output and new conv state in one dispatch (same bits).

@@ -26,6 +26,7 @@ const (
 	heldNorm    heldKind = iota + 1 // rmsnorm(dst ← x): whole rows, dst ≠ x; or per head in place (heads)
 	heldProduct                     // matmul or moe_down_combine writing out
 	heldAttn                        // attention of one sequence writing all rows of out
+	heldRope                        // rmsnorm_rope of out (a key) in place
 )
 
 // heldOp is an op encoded later: emit encodes it as it stands; the fields
@@ -45,7 +46,10 @@ type heldOp struct {
 	fuse func(res, a, b *Tensor) bool // false: it cannot (then emit)
 	// heldAttn: gate encodes it with out *= sigmoid(g) as its epilogue.
 	gate func(g *Tensor)
-	emit func()
+	// heldRope: store encodes it with StoreKV of out (all its rows, v's
+	// too, at cache position at of rows of dim values) as its epilogue.
+	store func(kc, vc gpu.Buffer, v *Tensor, at, dim int)
+	emit  func()
 	// A group of matmuls of one x (MatMul): mm, and the norm that
 	// produced x if it is fused in (then x is its output, h).
 	x    *Tensor

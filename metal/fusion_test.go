@@ -4,12 +4,15 @@ package metal
 
 import (
 	"context"
+	"encoding/binary"
+	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/checkpoint"
 	"github.com/macpool/macpool/engine/tensor"
+	"github.com/macpool/macpool/metal/gpu"
 )
 
 // fixtureArchs are the seven fixture architectures (HF), with a GGUF and an
@@ -41,7 +44,7 @@ func loadOn(t *testing.T, name string, cfg Config) (*engine.Model, *Backend) {
 
 // TestFusionBits: with fusion (RMSNorm into the next matmuls, the matmuls of
 // one input in one dispatch, residual adds into the producing matmul or
-// moe_down_combine, QK-norm into rope, the MoE route and the shared expert's gate/up into the experts' gate/up, the attention output gate into attention, DeltaNet's conv and conv state)
+// moe_down_combine, QK-norm into rope, the MoE route and the shared expert's gate/up into the experts' gate/up, the attention output gate into attention, DeltaNet's conv and conv state, and at decode its conv, rule and gated norm in one dn_step; the KV store into the key's rope)
 // every fixture's logits —
 // a prefill of all positions and six one-token decode steps, where the
 // norm fusion applies — are the same bits as with every op its own
@@ -83,8 +86,14 @@ func TestFusionBits(t *testing.T) {
 			if name != "hf/qwen2" && countKernel(ft, "rmsnorm_rope") == 0 {
 				t.Errorf("fused run of a QK-norm model used no rmsnorm_rope")
 			}
-			if countKernel(st, "dn_conv_state") > 0 && (countKernel(ft, "dn_conv_both") == 0 || countKernel(ft, "dn_conv_state") > 0) {
+			if countKernel(st, "dn_conv_state") > 0 && (countKernel(ft, "dn_conv_both")+countKernel(ft, "dn_step") == 0 || countKernel(ft, "dn_conv_state") > 0) {
 				t.Errorf("fused run of a DeltaNet model: %d dn_conv_both, %d dn_conv_state", countKernel(ft, "dn_conv_both"), countKernel(ft, "dn_conv_state"))
+			}
+			if countKernel(st, "dn_rule") > 0 && (countKernel(ft, "dn_step") == 0 || countKernel(ft, "dn_rule") >= countKernel(st, "dn_rule") || countKernel(ft, "dn_gated_norm") >= countKernel(st, "dn_gated_norm")) {
+				t.Errorf("fused run of a DeltaNet model: %d dn_step, %d dn_rule, %d dn_gated_norm (separate %d, %d): decode steps must use dn_step", countKernel(ft, "dn_step"), countKernel(ft, "dn_rule"), countKernel(ft, "dn_gated_norm"), countKernel(st, "dn_rule"), countKernel(st, "dn_gated_norm"))
+			}
+			if name != "hf/qwen2" && countKernel(st, "store_kv") > 0 && (countKernel(ft, "rmsnorm_rope_kv") == 0 || countKernel(ft, "store_kv") > 0) {
+				t.Errorf("fused run of a QK-norm model: %d rmsnorm_rope_kv, %d store_kv (the key's rope writes the cache)", countKernel(ft, "rmsnorm_rope_kv"), countKernel(ft, "store_kv"))
 			}
 			if countKernel(st, "moe_route") > 0 && (countKernel(ft, "moe_route_gate_up") == 0 || countKernel(ft, "moe_route") > 0) {
 				t.Errorf("fused run of a MoE model: %d moe_route_gate_up, %d moe_route", countKernel(ft, "moe_route_gate_up"), countKernel(ft, "moe_route"))
@@ -98,7 +107,7 @@ func TestFusionBits(t *testing.T) {
 			if countKernel(ft, "matmul_multi") == 0 {
 				t.Errorf("fused run used no matmul_multi")
 			}
-			if countKernel(st, "rmsnorm_matmul")+countKernel(st, "matmul_add")+countKernel(st, "rmsnorm_rope")+countKernel(st, "matmul_multi")+countKernel(st, "moe_route_gate_up")+countKernel(st, "attention_gated") != 0 {
+			if countKernel(st, "rmsnorm_matmul")+countKernel(st, "matmul_add")+countKernel(st, "rmsnorm_rope")+countKernel(st, "matmul_multi")+countKernel(st, "moe_route_gate_up")+countKernel(st, "attention_gated")+countKernel(st, "dn_step")+countKernel(st, "rmsnorm_rope_kv") != 0 {
 				t.Errorf("NoFusion run used fused kernels")
 			}
 			if len(ft) >= len(st) {
@@ -315,5 +324,88 @@ func TestMatMulMultiBits(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestDNStepBits: the one-dispatch DeltaNet decode step (dn_step: conv,
+// conv state, rule, gated norm) against dn_conv_both, dn_rule and
+// dn_gated_norm (NoFusion), bit for bit: outputs and both states after
+// steps of 1-8 tokens (dn_step) mixed with longer ones (the separate
+// kernels), from fresh and from carried states, two sequences per call,
+// head sizes that leave lanes idle and two value heads per key head.
+func TestDNStepBits(t *testing.T) {
+	p := engine.DeltaNetParams{KeyHeads: 2, ValueHeads: 4, KeyDim: 40, ValueDim: 36, ConvKernel: 4, Eps: 1e-6}
+	C, vd, nv := p.ConvDim(), p.ValueHeads*p.ValueDim, p.ValueHeads
+	steps := [][2]int{{1, 1}, {3, 1}, {1, 8}, {12, 2}, {1, 1}, {2, 5}, {1, 1}}
+	run := func(noFuse bool) ([]float32, int) {
+		r := rand.New(rand.NewPCG(11, 12))
+		scaled := func(n int, s float32) []float32 {
+			v := randn(r, n)
+			for i := range v {
+				v[i] *= s
+			}
+			return v
+		}
+		be, err := New(Config{Device: newTestDevice(t), Name: testBackendName, NoFusion: noFuse})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer be.Close()
+		up := func(h *tensor.Host) engine.Weight {
+			w, err := be.Upload(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}
+		var w engine.DeltaNetWeights
+		w.Conv = up(f32Host(scaled(C*p.ConvKernel, 0.5), C, p.ConvKernel))
+		w.ALog = up(f32Host(scaled(nv, 1), nv))
+		w.DtBias = up(f32Host(scaled(nv, 1), nv))
+		w.Norm = up(f32Host(scaled(p.ValueDim, 1), p.ValueDim))
+		var st [2]engine.DeltaNetState
+		for i := range st {
+			if st[i], err = be.NewDeltaNetState(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var all []float32
+		be.StartTrace()
+		for _, s := range steps {
+			T := s[0] + s[1]
+			in := func(cols int) engine.Tensor {
+				x := be.NewTensor(T, cols)
+				be.Write(x, scaled(T*cols, 1))
+				return x
+			}
+			qkv, z, bb, a := in(C), in(vd), in(nv), in(nv)
+			d := be.NewTensor(T, vd)
+			be.GatedDeltaNet(d, qkv, z, bb, a, w, []engine.DeltaNetSeq{
+				{State: st[0], Row: 0, N: s[0], Pos: st[0].Len()}, {State: st[1], Row: s[0], N: s[1], Pos: st[1].Len()}}, p)
+			v := make([]float32, T*vd)
+			if err := be.Read(d, v); err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, v...)
+		}
+		tr := be.StopTrace()
+		for _, s := range st {
+			ds := s.(*dnState)
+			for _, b := range []gpu.Buffer{ds.conv[ds.cur], ds.rule[ds.cur]} {
+				raw := b.Bytes()
+				for i := 0; i+4 <= len(raw); i += 4 {
+					all = append(all, math.Float32frombits(binary.LittleEndian.Uint32(raw[i:])))
+				}
+			}
+		}
+		return all, countKernel(tr, "dn_step")
+	}
+	fused, nf := run(false)
+	separate, ns := run(true)
+	if bad := diffBits(fused, separate); bad > 0 {
+		t.Errorf("dn_step: %d of %d values (outputs, conv and rule states) differ from the separate kernels", bad, len(fused))
+	}
+	if nf != 13 || ns != 0 {
+		t.Errorf("%d dn_step dispatches fused (want 13), %d separate", nf, ns)
 	}
 }

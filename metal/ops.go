@@ -156,9 +156,23 @@ func (b *Backend) Rope(x engine.Tensor, pos []int, p engine.RopeParams) {
 	}
 	if h := b.takeHead(t, p.HeadDim); h != nil {
 		// The QK-norm held for this tensor, and the rotation, in one dispatch.
-		b.encode("rmsnorm_rope", [3]int{p.Heads, t.rows, 1}, [3]int{32, 1, 1},
-			buf(t.buf), gpu.Arg{Buf: h.normW.data, Off: h.normW.off}, b.hostArg(ints32(pos)), b.hostArg(inv),
-			gpu.Arg{Bytes: pack(t.rows, p.Heads, p.HeadDim, half, af, h.normEps, h.normOffset)})
+		args := []gpu.Arg{buf(t.buf), {Buf: h.normW.data, Off: h.normW.off}, b.hostArg(ints32(pos)), b.hostArg(inv),
+			{Bytes: pack(t.rows, p.Heads, p.HeadDim, half, af, h.normEps, h.normOffset)}}
+		grid := [3]int{p.Heads, t.rows, 1}
+		emit := func() { b.encode("rmsnorm_rope", grid, [3]int{32, 1, 1}, args...) }
+		if o := b.held; o != nil && o.kind == heldRope {
+			b.held = nil
+			o.emit() // the query's: only the key's is followed by its StoreKV
+		}
+		if b.held != nil || !b.canFuse("rmsnorm_rope_kv") {
+			emit()
+			return
+		}
+		// Held (beside the other head's norm, if any): the StoreKV of this
+		// tensor (the key) may follow (rmsnorm_rope_kv).
+		b.held = &heldOp{kind: heldRope, out: t, emit: emit, store: func(kc, vc gpu.Buffer, v *Tensor, at, dim int) {
+			b.encode("rmsnorm_rope_kv", grid, [3]int{32, 1, 1}, append(args[:5:5], buf(kc), buf(vc), buf(v.buf), gpu.Arg{Bytes: pack(at, dim)})...)
+		}}
 		return
 	}
 	b.dispatch("rope", [3]int{ceil(n, 256), 1, 1}, [3]int{256, 1, 1},

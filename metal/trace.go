@@ -26,6 +26,7 @@ func (b *Backend) StartTrace() {
 
 // StopTrace ends recording and returns the dispatches since StartTrace.
 func (b *Backend) StopTrace() []DispatchRecord {
+	b.flush() // ops held back for fusion are encoded now, so they count
 	t := b.trace
 	b.trace, b.tracing = nil, false
 	return t
@@ -157,6 +158,10 @@ func dispatchBytes(name string, g, t [3]int, args []gpu.Arg) int64 {
 	case "attention_gated": // attention's, gate: + sigmoid_mul's read of the gate
 		n, pos, heads, kvh, hd := u32(arg(4), 1), u32(arg(4), 2), u32(arg(4), 3), u32(arg(4), 4), u32(arg(4), 5)
 		return 8*kvh*hd*(n*pos+n*(n+1)/2) + 4*n*heads*hd
+	case "dn_step": // ..., (row, N, C, K, fresh, nk, nv, dk, dv, eps): both states read and written, conv weights, x, b, a, z in, o out
+		p := arg(len(args) - 1)
+		n, c, k, nv, kd, vd := u32(p, 1), u32(p, 2), u32(p, 3), u32(p, 6), u32(p, 7), u32(p, 8)
+		return 2*4*nv*kd*vd + 2*4*(k-1)*c + 4*c*k + 4*n*(c+2*nv+2*nv*vd) + 4*vd + 8*nv
 	case "dn_rule": // ..., (row, N, kh, nv, kd, vd, C, fresh)
 		p := arg(len(args) - 1)
 		n, nv, kd, vd, c := u32(p, 1), u32(p, 3), u32(p, 4), u32(p, 5), u32(p, 6)

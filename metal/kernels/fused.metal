@@ -343,3 +343,195 @@ kernel void dn_conv_both(device float *u [[buffer(0)]],
 		to[ulong(s) * p.C + c] = v;
 	}
 }
+
+struct FDNStepParams {
+	uint row, n, C, K;
+	uint fresh;
+	uint nk, nv, dk, dv;
+	float eps;
+};
+
+#define FDN_MAXK 256 // key_dim bound (dn_rule's DN_MAXK * 32)
+#define FDN_MAXV 256 // value_dim bound: one thread per value column
+
+// fdn_conv: dn_conv's output value of channel c at token t (its expression).
+inline float fdn_conv(device const float *x, device const float *w, device const float *from, constant FDNStepParams &p, uint t, uint c) {
+	float s = 0.0f;
+	for (uint j = 0; j < p.K; j++) {
+		int src = int(t) - int(p.K - 1) + int(j);
+		float v;
+		if (src >= 0) v = x[ulong(p.row + uint(src)) * p.C + c];
+		else v = p.fresh != 0 ? 0.0f : from[ulong(int(p.K - 1) + src) * p.C + c];
+		s += w[c * p.K + j] * v;
+	}
+	return s / (1.0f + exp(-s));
+}
+
+// fdn_conv_state: dn_conv_state's new state value (s, c).
+inline void fdn_conv_state(device float *to, device const float *x, device const float *from, constant FDNStepParams &p, uint s, uint c) {
+	uint i = p.n + s; // index into old state ++ x
+	float v;
+	if (i < p.K - 1) v = p.fresh != 0 ? 0.0f : from[ulong(i) * p.C + c];
+	else v = x[ulong(p.row + i - (p.K - 1)) * p.C + c];
+	to[ulong(s) * p.C + c] = v;
+}
+
+// dn_step: the decode chain of one sequence's Gated DeltaNet layer —
+// dn_conv_both, dn_rule and dn_gated_norm — in one dispatch. Grid (nv),
+// 32*ceil(dv/32) threads: thread j owns value column j of head h for the
+// whole head, so the gated norm's row sum is in the threadgroup. Per token
+// the conv outputs that head h reads (its key head's q and k, its own v
+// columns) are recomputed with dn_conv's expression into threadgroup
+// memory; the rule is dn_rule's and the norm dn_gated_norm's (every
+// SIMD-group sums the squares lane-strided as its 32 threads do), so o has
+// their bits. The new conv state: each head writes its v channels, the
+// first value head of each key head that key head's q and k channels.
+// For decode (few tokens): the conv is recomputed per value head.
+kernel void dn_step(device float *o [[buffer(0)]],
+                    device const float *x [[buffer(1)]],
+                    device const float *z [[buffer(2)]],
+                    device const float *cw [[buffer(3)]],
+                    device const float *cfrom [[buffer(4)]],
+                    device float *cto [[buffer(5)]],
+                    device const float *bt [[buffer(6)]],
+                    device const float *at [[buffer(7)]],
+                    device const float *a_log [[buffer(8)]],
+                    device const float *dt_bias [[buffer(9)]],
+                    device const float *S_from [[buffer(10)]],
+                    device float *S_to [[buffer(11)]],
+                    device const float *nw [[buffer(12)]],
+                    constant FDNStepParams &p [[buffer(13)]],
+                    uint2 tg [[threadgroup_position_in_grid]],
+                    uint tid [[thread_index_in_threadgroup]],
+                    uint lane [[thread_index_in_simdgroup]]) {
+	TG_MEM float qk[2 * FDN_MAXK];
+	TG_MEM float ob[FDN_MAXV];
+	uint h = tg.x;
+	uint nth = (p.dv + 31) / 32 * 32;
+	uint j = tid;
+	bool own = j < p.dv;
+	uint kh = h / (p.nv / p.nk);
+	uint kd = p.nk * p.dk;
+	uint vc = 2 * kd + h * p.dv + j; // this thread's v channel
+	// The new conv state (dn_conv_state's values).
+	for (uint s = 0; s + 1 < p.K; s++) {
+		if (own) fdn_conv_state(cto, x, cfrom, p, s, vc);
+		if (h % (p.nv / p.nk) == 0) {
+			for (uint i = tid; i < 2 * p.dk; i += nth) {
+				uint c = i < p.dk ? kh * p.dk + i : kd + kh * p.dk + (i - p.dk);
+				fdn_conv_state(cto, x, cfrom, p, s, c);
+			}
+		}
+	}
+	ulong sbase = ulong(h) * p.dk * p.dv;
+	if (own) {
+		for (uint i = 0; i < p.dk; i++) {
+			ulong si = sbase + ulong(i) * p.dv + j;
+			S_to[si] = p.fresh != 0 ? 0.0f : S_from[si];
+		}
+	}
+	float A = -exp(a_log[h]);
+	float qscale = 1.0f / sqrt(float(p.dk));
+	for (uint t = 0; t < p.n; t++) {
+		for (uint i = tid; i < 2 * p.dk; i += nth) {
+			uint c = i < p.dk ? kh * p.dk + i : kd + kh * p.dk + (i - p.dk);
+			qk[i] = fdn_conv(x, cw, cfrom, p, t, c);
+		}
+		float v = own ? fdn_conv(x, cw, cfrom, p, t, vc) : 0.0f;
+		threadgroup_barrier(mem_flags::mem_threadgroup);
+		threadgroup const float *q = qk;
+		threadgroup const float *k = qk + p.dk;
+		float qq = 0.0f, kk = 0.0f;
+		for (uint i = lane; i < p.dk; i += 32) {
+			qq += q[i] * q[i];
+			kk += k[i] * k[i];
+		}
+		qq = simd_sum(qq);
+		kk = simd_sum(kk);
+		float qs = qscale / sqrt(qq + 1e-6f);
+		float ks = 1.0f / sqrt(kk + 1e-6f);
+		ulong gi = ulong(p.row + t) * p.nv + h;
+		float beta = 1.0f / (1.0f + exp(-bt[gi]));
+		float xa = at[gi] + dt_bias[h];
+		float sp = softplus(xa);
+		float decay = exp(A * sp);
+		if (own) {
+			float m = 0.0f;
+			for (uint i = 0; i < p.dk; i++) m += S_to[sbase + ulong(i) * p.dv + j] * decay * (k[i] * ks);
+			float d = (v - m) * beta;
+			float out = 0.0f;
+			for (uint i = 0; i < p.dk; i++) {
+				ulong si = sbase + ulong(i) * p.dv + j;
+				float s = S_to[si] * decay + (k[i] * ks) * d;
+				S_to[si] = s;
+				out += s * (q[i] * qs);
+			}
+			ob[j] = out;
+		}
+		threadgroup_barrier(mem_flags::mem_threadgroup);
+		// dn_gated_norm of row t, head h.
+		float ss = 0.0f;
+		for (uint jj = lane; jj < p.dv; jj += 32) ss += ob[jj] * ob[jj];
+		ss = simd_sum(ss);
+		float inv = 1.0f / sqrt(ss / float(p.dv) + p.eps);
+		if (own) {
+			ulong oi = ulong(p.row + t) * p.nv * p.dv + h * p.dv + j;
+			float zz = z[oi];
+			o[oi] = nw[j] * (ob[j] * inv) * (zz / (1.0f + exp(-zz)));
+		}
+		threadgroup_barrier(mem_flags::mem_threadgroup);
+	}
+}
+
+struct NormRopeKVParams {
+	uint pos, dim; // cache position of row 0; values per cache row
+};
+
+// rmsnorm_rope_kv: the key's rmsnorm_rope with store_kv as its epilogue:
+// each value of the rotated key is written to x (in place, as
+// rmsnorm_rope) and to the K cache row pos + r, and the lane copies the
+// same values of v to the V cache (store_kv's copies). One sequence whose
+// rows are all of x; grid (heads, rows), 32 threads.
+kernel void rmsnorm_rope_kv(device float *x [[buffer(0)]],
+                            device const float *w [[buffer(1)]],
+                            device const int *pos [[buffer(2)]],
+                            device const float *inv_freq [[buffer(3)]],
+                            constant NormRopeParams &p [[buffer(4)]],
+                            device float *kc [[buffer(5)]],
+                            device float *vc [[buffer(6)]],
+                            device const float *vv [[buffer(7)]],
+                            constant NormRopeKVParams &kp [[buffer(8)]],
+                            uint2 tg [[threadgroup_position_in_grid]],
+                            uint lane [[thread_index_in_simdgroup]]) {
+	uint h = tg.x, r = tg.y;
+	if (h >= p.heads || r >= p.rows) return;
+	ulong off = (ulong(r) * p.heads + h) * p.head_dim;
+	device float *v = x + off;
+	device float *kr = kc + ulong(kp.pos + r) * kp.dim + h * p.head_dim;
+	device float *vr = vc + ulong(kp.pos + r) * kp.dim + h * p.head_dim;
+	float ss = 0.0f;
+	for (uint i = lane; i < p.head_dim; i += 32) {
+		float e = v[i];
+		ss += e * e;
+	}
+	ss = simd_sum(ss);
+	float inv = 1.0f / sqrt(ss / float(p.head_dim) + p.eps);
+	for (uint i = lane; i < p.head_dim; i += 32) {
+		if (i < p.half_rot) {
+			float x1 = (p.offset + w[i]) * (v[i] * inv);
+			float x2 = (p.offset + w[i + p.half_rot]) * (v[i + p.half_rot] * inv);
+			float a = float(pos[r]) * inv_freq[i];
+			float c = precise::cos(a) * p.attn_factor, s = precise::sin(a) * p.attn_factor;
+			float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+			v[i] = y1;
+			v[i + p.half_rot] = y2;
+			kr[i] = y1;
+			kr[i + p.half_rot] = y2;
+		} else if (i >= 2 * p.half_rot) {
+			float y = (p.offset + w[i]) * (v[i] * inv);
+			v[i] = y;
+			kr[i] = y;
+		}
+	}
+	for (uint i = lane; i < p.head_dim; i += 32) vr[i] = vv[off + i];
+}
