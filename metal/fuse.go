@@ -64,6 +64,14 @@ type mmEntry struct {
 	w       *Weight
 	args    []gpu.Arg
 	hasBias int
+	// split: a Deinterleave of d (into a, b in chunks of chunk) that
+	// follows; matmul_multi writes a and b as it stores d.
+	split *splitOut
+}
+
+type splitOut struct {
+	a, b  *Tensor
+	chunk int
 }
 
 // joins says whether a product into d may join the group: d is not read
@@ -73,7 +81,7 @@ func (h *heldOp) joins(d *Tensor) bool {
 		return false
 	}
 	for _, e := range h.mm {
-		if e.d == d {
+		if e.d == d || e.split != nil && (e.split.a == d || e.split.b == d) {
 			return false
 		}
 	}
@@ -89,7 +97,7 @@ func (b *Backend) holdGroup(h *heldOp) {
 		h.out = h.mm[0].d
 	}
 	h.fuse = func(res, a, c *Tensor) bool {
-		if h.norm != nil || len(h.mm) != 1 || res == h.x {
+		if h.norm != nil || len(h.mm) != 1 || res == h.x || h.mm[0].split != nil {
 			return false // other SIMD-groups still read x
 		}
 		checkFusedShapes("matmul_add", res, a, c)
@@ -114,7 +122,15 @@ func (b *Backend) emitGroup(h *heldOp) {
 	normArgs := func(n *heldOp) []gpu.Arg {
 		return []gpu.Arg{buf(n.normDst.buf), {Buf: n.normW.data, Off: n.normW.off}, {Bytes: n.normParams}}
 	}
-	if len(h.mm) == 1 {
+	if len(h.mm) == 1 && h.mm[0].split != nil && (h.norm != nil || h.x.rows > maxFuseRows) {
+		// Alone: encoded as it would have been, then the deinterleave.
+		sp := h.mm[0].split
+		h.mm[0].split = nil
+		b.emitGroup(h)
+		b.deinterleave(sp.a, sp.b, h.mm[0].d, sp.chunk)
+		return
+	}
+	if len(h.mm) == 1 && h.mm[0].split == nil {
 		e := h.mm[0]
 		if h.norm == nil {
 			b.dispatch("matmul", matmulGrid(e), threads, e.args...)
@@ -126,7 +142,7 @@ func (b *Backend) emitGroup(h *heldOp) {
 		return
 	}
 	d := gpu.Arg{Buf: b.dummy}
-	args := make([]gpu.Arg, 29)
+	args := make([]gpu.Arg, 31)
 	N, rows := 0, 0
 	params := []any{h.x.rows, h.x.cols, len(h.mm), 0}
 	var ns, bs [4]int
@@ -144,6 +160,11 @@ func (b *Backend) emitGroup(h *heldOp) {
 	}
 	args[4] = buf(h.x.buf)
 	args[26], args[27], args[28] = d, d, gpu.Arg{Bytes: pack(0, 0, 0, float32(0), float32(0))}
+	args[29], args[30] = d, d
+	split := 0
+	if sp := h.mm[0].split; sp != nil {
+		args[29], args[30], split = buf(sp.a.buf), buf(sp.b.buf), sp.chunk
+	}
 	if h.norm != nil {
 		params[3] = 1
 		args[4] = buf(h.norm.normX.buf)
@@ -155,6 +176,7 @@ func (b *Backend) emitGroup(h *heldOp) {
 	for _, v := range bs {
 		params = append(params, v)
 	}
+	params = append(params, split)
 	args[25] = gpu.Arg{Bytes: pack(params...)}
 	rows = h.x.rows
 	b.dispatch("matmul_multi", [3]int{ceil(N, 4), ceil(rows, 8), 1}, threads, args...)

@@ -95,6 +95,9 @@ func TestFusionBits(t *testing.T) {
 			if name != "hf/qwen2" && countKernel(st, "store_kv") > 0 && (countKernel(ft, "rmsnorm_rope_kv") == 0 || countKernel(ft, "store_kv") > 0) {
 				t.Errorf("fused run of a QK-norm model: %d rmsnorm_rope_kv, %d store_kv (the key's rope writes the cache)", countKernel(ft, "rmsnorm_rope_kv"), countKernel(ft, "store_kv"))
 			}
+			if countKernel(st, "deinterleave") > 0 && countKernel(ft, "deinterleave") > 0 {
+				t.Errorf("fused run of a gated-attention model: %d deinterleave (the q projection's matmul_multi splits its output)", countKernel(ft, "deinterleave"))
+			}
 			if countKernel(st, "moe_route") > 0 && (countKernel(ft, "moe_route_gate_up") == 0 || countKernel(ft, "moe_route") > 0) {
 				t.Errorf("fused run of a MoE model: %d moe_route_gate_up, %d moe_route", countKernel(ft, "moe_route_gate_up"), countKernel(ft, "moe_route"))
 			}

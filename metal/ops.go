@@ -244,6 +244,18 @@ func (b *Backend) Deinterleave(a, c, src engine.Tensor, chunk int) {
 	if s.rows == 0 || da.cols == 0 {
 		return
 	}
+	if h := b.held; h != nil && h.kind == heldProduct && len(h.mm) == 1 && h.mm[0].d == s && h.mm[0].split == nil &&
+		s.rows <= maxFuseRows && b.canFuse("matmul_multi") && da != h.x && db != h.x && (h.norm == nil || da != h.norm.normX && db != h.norm.normX) {
+		// The product that writes src stores a and b too (matmul_multi),
+		// and the next products of its x may still join.
+		h.mm[0].split = &splitOut{a: da, b: db, chunk: chunk}
+		h.out = nil
+		return
+	}
+	b.deinterleave(da, db, s, chunk)
+}
+
+func (b *Backend) deinterleave(da, db, s *Tensor, chunk int) {
 	b.dispatch("deinterleave", [3]int{ceil(da.cols, 256), s.rows, 1}, [3]int{256, 1, 1}, buf(da.buf), buf(db.buf), buf(s.buf),
 		gpu.Arg{Bytes: pack(s.rows, da.cols, chunk)})
 }

@@ -205,6 +205,7 @@ struct MultiParams {
 	uint norm;        // x is normalised on the fly (FNormParams np), h written
 	uint N[4];
 	uint has_bias[4];
+	uint split; // > 0: d0's rows are also deinterleaved into sa, sb in chunks of split
 };
 
 // matmul_multi: up to four matmuls of one x (dst_j = x·W_jᵀ + bias_j: the q,
@@ -243,6 +244,8 @@ kernel void matmul_multi(device float *d0 [[buffer(0)]],
                          device float *h [[buffer(26)]],
                          device const float *nw [[buffer(27)]],
                          constant FNormParams &np [[buffer(28)]],
+                         device float *sa [[buffer(29)]],
+                         device float *sb [[buffer(30)]],
                          uint2 tg [[threadgroup_position_in_grid]],
                          uint sg [[simdgroup_index_in_threadgroup]],
                          uint lane [[thread_index_in_simdgroup]]) {
@@ -301,7 +304,16 @@ kernel void matmul_multi(device float *d0 [[buffer(0)]],
 	}
 	for (uint m = 0; m < mc; m++) {
 		float s = simd_sum(acc[m]);
-		if (lane == 0) dst[ulong(m0 + m) * N + n] = s + (p.has_bias[j] != 0 ? bias[n] : 0.0f);
+		if (lane == 0) {
+			float y = s + (p.has_bias[j] != 0 ? bias[n] : 0.0f);
+			dst[ulong(m0 + m) * N + n] = y;
+			if (j == 0 && p.split != 0) { // deinterleave's copies of value n
+				uint hh = n / (2 * p.split), i = n - hh * 2 * p.split;
+				ulong r = ulong(m0 + m) * (N / 2) + hh * p.split;
+				if (i < p.split) sa[r + i] = y;
+				else sb[r + i - p.split] = y;
+			}
+		}
 	}
 }
 
