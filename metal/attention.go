@@ -142,7 +142,9 @@ func (b *Backend) Attention(dst, q engine.Tensor, seqs []engine.AttnSeq, p engin
 			// Held: an output gate (SigmoidMul of d in place) that follows
 			// becomes its epilogue (attention_gated).
 			b.hold(&heldOp{kind: heldAttn, out: d, emit: func() { b.dispatch("attention", grid, [3]int{32, 1, 1}, args...) },
-				gate: func(g *Tensor) { b.dispatch("attention_gated", grid, [3]int{32, 1, 1}, append(args[:5:5], buf(g.buf))...) }})
+				gate: func(g *Tensor) {
+					b.dispatch("attention_gated", grid, [3]int{32, 1, 1}, append(args[:5:5], buf(g.buf))...)
+				}})
 			continue
 		}
 		b.dispatch("attention", grid, [3]int{32, 1, 1}, args...)
