@@ -79,48 +79,11 @@ func (s *Server) streamProto(ctx context.Context, c *gin.Context, st job.Stream,
 	defer w.end()
 	pw.open(w)
 
-	var usage *openai.Usage
-	for ev != nil {
-		if ev.Worker != "" {
-			worker = ev.Worker
-		}
-		if ev.Err != nil {
-			s.log.Warn("generation failed mid-stream", "request_id", reqID(c), "worker", worker, "error", ev.Err.Message)
-			w.unnumbered()
-			pw.fail(w, ev.Err)
-			w.flush()
-			return
-		}
-		if ev.Usage != nil {
-			usage = ev.Usage
-		}
-		if e := pw.event(w, ev); e != nil {
-			w.unnumbered()
-			pw.fail(w, e)
-			w.flush()
-			return
-		}
-		if w.flush() != nil {
-			setOutcome(c, statusClientGone) // ctx is cancelled too
-			c.Set(ctxDetach, true)
-			return
-		}
-		var err error
-		ev, err = st.Recv(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				setOutcome(c, statusClientGone)
-				c.Set(ctxDetach, true)
-				return
-			}
-			w.unnumbered()
-			pw.fail(w, asError(err))
-			w.flush()
-			return
-		}
+	usage, worker, ok := s.relay(ctx, c, w, st, ev, worker,
+		func(ev *job.Event, _ string) *openai.Error { return pw.event(w, ev) },
+		func(e *openai.Error) { w.unnumbered(); pw.fail(w, e) })
+	if !ok {
+		return
 	}
 	if usage == nil {
 		usage = &openai.Usage{}

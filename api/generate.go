@@ -100,48 +100,11 @@ func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream
 	w.start()
 	defer w.end()
 
-	var usage *openai.Usage
-	for ev != nil {
-		if ev.Worker != "" {
-			worker = ev.Worker
-		}
-		if ev.Err != nil {
-			s.log.Warn("generation failed mid-stream", "request_id", reqID(c), "worker", worker, "error", ev.Err.Message)
-			setOutcome(c, ev.Err.HTTPStatus())
-			w.errorFrame(ev.Err)
-			w.flush()
-			return
-		}
-		if ev.Usage != nil {
-			usage = ev.Usage
-		}
-		if e := g.chunk(w, ev, worker); e != nil {
-			setOutcome(c, e.HTTPStatus())
-			w.errorFrame(e)
-			w.flush()
-			return
-		}
-		if w.flush() != nil {
-			setOutcome(c, statusClientGone) // ctx is cancelled too
-			c.Set(ctxDetach, true)
-			return
-		}
-		var err error
-		ev, err = st.Recv(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				setOutcome(c, statusClientGone)
-				c.Set(ctxDetach, true)
-				return
-			}
-			setOutcome(c, asError(err).HTTPStatus())
-			w.errorFrame(asError(err))
-			w.flush()
-			return
-		}
+	usage, worker, ok := s.relay(ctx, c, w, st, ev, worker,
+		func(ev *job.Event, worker string) *openai.Error { return g.chunk(w, ev, worker) },
+		func(e *openai.Error) { setOutcome(c, e.HTTPStatus()); w.errorFrame(e) })
+	if !ok {
+		return
 	}
 	if includeUsage {
 		if usage == nil {
@@ -151,6 +114,54 @@ func (s *Server) streamEvents(ctx context.Context, c *gin.Context, st job.Stream
 	}
 	w.done()
 	w.flush()
+}
+
+// relay writes a stream's events from ev on with emit until the stream
+// ends (ok: the caller writes the protocol's ending), fails (written by
+// fail, the stream then ends) or its client goes away (the job is
+// detached, so a resume can pick it up; recorded as 499).
+func (s *Server) relay(ctx context.Context, c *gin.Context, w *sseWriter, st job.Stream, ev *job.Event, worker string,
+	emit func(ev *job.Event, worker string) *openai.Error, fail func(*openai.Error)) (usage *openai.Usage, last string, ok bool) {
+	stop := func(e *openai.Error) (*openai.Usage, string, bool) {
+		fail(e)
+		w.flush()
+		return nil, worker, false
+	}
+	gone := func() (*openai.Usage, string, bool) {
+		setOutcome(c, statusClientGone) // ctx is cancelled too
+		c.Set(ctxDetach, true)
+		return nil, worker, false
+	}
+	for ev != nil {
+		if ev.Worker != "" {
+			worker = ev.Worker
+		}
+		if ev.Err != nil {
+			s.log.Warn("generation failed mid-stream", "request_id", reqID(c), "worker", worker, "error", ev.Err.Message)
+			return stop(ev.Err)
+		}
+		if ev.Usage != nil {
+			usage = ev.Usage
+		}
+		if e := emit(ev, worker); e != nil {
+			return stop(e)
+		}
+		if w.flush() != nil {
+			return gone()
+		}
+		var err error
+		ev, err = st.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return gone()
+			}
+			return stop(asError(err))
+		}
+	}
+	return usage, worker, true
 }
 
 // firstEvent receives a stream's first event before anything is written, so
