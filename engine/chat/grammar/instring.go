@@ -61,6 +61,27 @@ type utf8State struct {
 	r          rune
 }
 
+// codeRange is the range of code points a UTF-8 sequence can still become
+// whose leading bits are r, with left continuation bytes to come; ok is
+// false when only overlong forms, surrogates or code points past U+10FFFF
+// remain.
+func (u utf8State) codeRange() (lo, hi rune, ok bool) {
+	shift := 6 * uint(u.left)
+	lo, hi = u.r<<shift, (u.r+1)<<shift-1
+	switch u.ulen {
+	case 2:
+		lo = max(lo, 0x80)
+	case 3:
+		lo = max(lo, 0x800)
+		if lo >= 0xD800 && hi <= 0xDFFF {
+			return 0, 0, false
+		}
+	case 4:
+		lo, hi = max(lo, 0x10000), min(hi, 0x10FFFF)
+	}
+	return lo, hi, lo <= hi
+}
+
 // walkInString walks v.plainIn from automaton states start.
 func walkInString(v *Vocab, res []*regex.Regex, start []int32) *inStrEntry {
 	k := len(res)
@@ -163,20 +184,8 @@ func walkInString(v *Vocab, res []*regex.Regex, start []int32) *inStrEntry {
 // partialOK reports whether some character with the leading bytes of u
 // is acceptable to every automaton (see Grammar.partialFeasible).
 func partialOK(res []*regex.Regex, rs []int32, u utf8State) bool {
-	shift := 6 * uint(u.left)
-	lo, hi := u.r<<shift, (u.r+1)<<shift-1
-	switch u.ulen {
-	case 2:
-		lo = max(lo, 0x80)
-	case 3:
-		lo = max(lo, 0x800)
-		if lo >= 0xD800 && hi <= 0xDFFF {
-			return false
-		}
-	case 4:
-		lo, hi = max(lo, 0x10000), min(hi, 0x10FFFF)
-	}
-	if lo > hi {
+	lo, hi, ok := u.codeRange()
+	if !ok {
 		return false
 	}
 	for i, re := range res {

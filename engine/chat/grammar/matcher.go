@@ -795,21 +795,8 @@ func (g *Grammar) partialFeasible(h *frame, b byte) bool {
 	if collects(h) {
 		h.lit += string([]byte{b})
 	}
-	shift := 6 * uint(h.left)
-	lo, hi := h.r<<shift, (h.r+1)<<shift-1
-	// Overlong forms, surrogates and code points past U+10FFFF.
-	switch h.ulen {
-	case 2:
-		lo = max(lo, 0x80)
-	case 3:
-		lo = max(lo, 0x800)
-		if lo >= 0xD800 && hi <= 0xDFFF {
-			return false
-		}
-	case 4:
-		lo, hi = max(lo, 0x10000), min(hi, 0x10FFFF)
-	}
-	if lo > hi {
+	lo, hi, ok := utf8State{left: h.left, ulen: h.ulen, r: h.r}.codeRange()
+	if !ok {
 		return false
 	}
 	return g.rangeFeasible(h, lo, hi)
