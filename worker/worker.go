@@ -522,11 +522,12 @@ func (w *Worker) runJob(ctx context.Context, nc *nats.Conn, msg jetstream.Msg) {
 	switch {
 	case err == nil:
 		send(cluster.FrameEnd, nil)
-	case errors.Is(err, ErrEngineLost) && jctx.Err() == nil:
-		// A pipeline stage of the model died: no fault of the job. The
-		// model stopped taking jobs here until its new plan runs
-		// (placedEngine.lost), and the coordinator resumes the job from
-		// the client's tokens (stages.go).
+	case (errors.Is(err, ErrEngineLost) || errors.Is(err, ErrEngineInterrupted)) && jctx.Err() == nil:
+		// A pipeline stage of the model died, or a link between stages
+		// broke: no fault of the job. The coordinator resumes the job
+		// from the client's tokens (stages.go): on the re-connected
+		// pipeline here, or (lost: the model stopped taking jobs here,
+		// placedEngine.lost) on its new plan.
 		log.Info("engine lost; handing job back", "err", err)
 		send(cluster.FrameHandoff, []byte(w.cfg.Name))
 	case jctx.Err() != nil && (w.drain.handoff.Load() || ctx.Err() != nil):
