@@ -149,7 +149,7 @@ func (l *Loader) Close() error {
 // Apply makes wc's placed models load through l and gossips its pipeline
 // listener and memory limit.
 func (l *Loader) Apply(wc *worker.Config) {
-	wc.MemoryLimit = l.cfg.MemoryLimit
+	wc.MemoryLimit, wc.KVBytes = l.cfg.MemoryLimit, l.cfg.Settings.KVBytes
 	if wc.Placed == nil {
 		return
 	}

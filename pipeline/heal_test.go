@@ -316,5 +316,3 @@ func TestRingGivesUp(t *testing.T) {
 		t.Errorf("job after giving up: %v (lost %v), want ErrStageLost", g.err, tp.head.Lost())
 	}
 }
-
-

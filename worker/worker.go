@@ -85,6 +85,10 @@ type Config struct {
 	// caps the memory it reports, so placement gives it no more; the
 	// loader refuses bigger loads.
 	MemoryLimit int64
+	// KVBytes is the worker's --kv-bytes (0: derived): gossiped
+	// (Meta.KVBytes) so that pipeline placement reserves it for each stage
+	// placed here.
+	KVBytes int64
 	// Pipeline is the address of this worker's pipeline listener
 	// (pipeline.Server.Addr), gossiped so that placement can make it a
 	// stage of a pipelined model (stages.go); an unspecified host is
@@ -188,6 +192,7 @@ func New(cfg Config) (*Worker, error) {
 			GPUCores: hw.GPUCores, GPUWorkingMB: hw.GPUWorkingMB,
 			Models: cfg.Models, Slots: cfg.Slots, Free: cfg.Slots,
 			MemLimit: cfg.MemoryLimit,
+			KVBytes:  cfg.KVBytes,
 		},
 	}
 	if mb := cfg.MemoryLimit >> 20; cfg.MemoryLimit > 0 && (w.meta.MemoryMB == 0 || w.meta.MemoryMB > mb) {
