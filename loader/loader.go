@@ -222,13 +222,17 @@ func (l *Loader) loadStage(ctx context.Context, name, path string, cp cluster.Pi
 	}
 	sa := plan.Stages[self]
 	st := engine.Stage{First: sa.First, Last: sa.Last}
-	rc := l.cfg.Settings.Config(path, name)
+	// The stage's KV budget follows the whole model's rules (--kv-bytes,
+	// else derived from the memory the stage's own weights leave; capped
+	// by --memory-limit); placement reserved the same (Meta.KVBytes).
+	r, _, err := checkpoint.TensorRanges(path)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("load stage of %s: %w", name, err)
+	}
+	weights := checkpoint.Bytes(r.Stage(st))
+	rc := l.cfg.Settings.StageConfig(path, name, weights)
 	if l.cfg.MemoryLimit > 0 {
-		r, _, err := checkpoint.TensorRanges(path)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("load stage of %s: %w", name, err)
-		}
-		kv, err := l.kvBytes(fmt.Sprintf("stage %s of %s", st, name), checkpoint.Bytes(r.Stage(st)))
+		kv, err := l.kvBytes(fmt.Sprintf("stage %s of %s", st, name), weights)
 		if err != nil {
 			return nil, nil, nil, err
 		}
