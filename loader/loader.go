@@ -106,9 +106,10 @@ func New(cfg Config) (*Loader, error) {
 	return l, nil
 }
 
-// Addr is the bound pipeline listener ("" without one).
+// Addr is the bound pipeline listener ("" without one, also on a nil
+// Loader).
 func (l *Loader) Addr() string {
-	if l.srv == nil {
+	if l == nil || l.srv == nil {
 		return ""
 	}
 	return l.srv.Addr()
