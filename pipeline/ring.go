@@ -176,25 +176,32 @@ func (m *Member) connect(timeout time.Duration) (*ring, error) {
 			out.Close()
 		}
 	}()
+	// Dials back off also when a dialled link closes at once (the next
+	// stage refuses it: it is closed, or gave up), so that a member never
+	// spins on handshakes.
 	wait := dialBackoff
+	var nextDial time.Time
 	var lastErr error
 	for {
 		if out != nil && isDone(out.Done()) {
-			out = nil // a failed ping closed it: dial again
+			out, nextDial = nil, time.Now().Add(wait) // a failed ping or the peer closed it
+			wait = min(2*wait, dialBackoffMax)
+			lastErr = errors.New("the next stage closed the link")
 		}
-		if out == nil {
+		if out == nil && !time.Now().Before(nextDial) {
 			c, err := m.dial(ctx, next)
 			var pe *peerError
 			if errors.As(err, &pe) {
 				return nil, err
 			}
 			if err == nil {
-				out, wait = c, dialBackoff
+				out = c
 				m.wg.Add(2)
 				go m.pinger(c)
 				go m.watchPeer(c)
 			} else {
-				lastErr = err
+				lastErr, nextDial = err, time.Now().Add(wait)
+				wait = min(2*wait, dialBackoffMax)
 			}
 		}
 		if out != nil {
@@ -219,8 +226,7 @@ func (m *Member) connect(timeout time.Duration) (*ring, error) {
 		var retry <-chan time.Time
 		var outDone <-chan struct{}
 		if out == nil {
-			retry = time.After(wait)
-			wait = min(2*wait, dialBackoffMax)
+			retry = time.After(time.Until(nextDial))
 		} else {
 			outDone = out.Done()
 		}
