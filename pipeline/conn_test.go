@@ -225,7 +225,7 @@ func TestConfigValidate(t *testing.T) {
 		{"handshake", func(c *Config) { c.HandshakeTimeout = 0 }, "handshake timeout 0s must be positive"},
 		{"no heartbeat", func(c *Config) { c.Heartbeat, c.PeerTimeout = 0, 0 }, ""},
 		{"heartbeat alone", func(c *Config) { c.PeerTimeout = 0 }, "must both be set or both be zero"},
-		{"peer timeout too short", func(c *Config) { c.Heartbeat, c.PeerTimeout = time.Second, 1500 * time.Millisecond }, "at least twice the heartbeat"},
+		{"peer timeout too short", func(c *Config) { c.Heartbeat, c.PeerTimeout = time.Second, 1500*time.Millisecond }, "at least twice the heartbeat"},
 		{"negative heartbeat", func(c *Config) { c.Heartbeat = -time.Second }, "must not be negative"},
 	} {
 		c := good
