@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -177,6 +176,6 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 		}
 		return err
 	})
-	fmt.Fprintf(stdout, "listening role=worker name=%s gossip=%s model=%s backend=%s slots=%d pipeline=%s\n", cfg.Name, w.GossipAddr(), model, f.backend, slots, cmp.Or(ld.Addr(), "-"))
+	fmt.Fprintf(stdout, "listening role=worker name=%s gossip=%s model=%s backend=%s slots=%d pipeline=%s\n", cfg.Name, w.GossipAddr(), model, f.backend, slots, ld.Addr())
 	return nil
 }
