@@ -73,6 +73,9 @@ func (w *Worker) watchStage(ctx context.Context, pm *placedModel, st Stage) {
 		return
 	case <-st.Lost:
 	}
+	if ctx.Err() != nil {
+		return // lost because it is being unloaded (Close, or no more healing)
+	}
 	msg := "pipeline lost"
 	if st.Err != nil {
 		if err := st.Err(); err != nil {
