@@ -33,11 +33,13 @@ type Head struct {
 
 	mu      sync.Mutex
 	waiting map[uint64]chan *Frame
-	known   map[uint64]bool // sequences the other stages have heard of
+	// known are the sequences the other stages have heard of, with the
+	// ring generation they heard in: after a break they are gone there.
+	known map[uint64]uint64
 }
 
 func newHead(m *Member) (*Head, error) {
-	h := &Head{m: m, waiting: map[uint64]chan *Frame{}, known: map[uint64]bool{}}
+	h := &Head{m: m, waiting: map[uint64]chan *Frame{}, known: map[uint64]uint64{}}
 	cfg := m.cfg.Runner
 	cfg.Model = m.cfg.Model
 	cfg.Forward = h
@@ -64,15 +66,22 @@ func (h *Head) Generate(ctx context.Context, j *job.Job, emit func(*job.Event) e
 }
 
 // GenerateResume implements worker.ResumeEngine. When the pipeline is lost
-// during the job, the error wraps ErrStageLost (the job is resumed
-// elsewhere from the tokens reported so far).
+// or its ring breaks during the job, the error wraps ErrStageLost (the job
+// is resumed from the tokens reported so far: here once the ring is up
+// again, or elsewhere; Lost tells the two apart).
 func (h *Head) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error {
+	gen := h.m.generation()
 	err := h.r.GenerateResume(ctx, j, r, emit)
-	if err != nil && !errors.Is(err, ErrStageLost) && h.isLost() && ctx.Err() == nil {
-		return fmt.Errorf("%w: %w", h.m.lostError(), err)
+	if err != nil && !errors.Is(err, ErrStageLost) && ctx.Err() == nil && (h.isLost() || h.m.generation() != gen) {
+		return fmt.Errorf("%w: %w", h.m.lostError(nil), err)
 	}
 	return err
 }
+
+// Lost reports whether the pipeline is lost for good (Member.Lost): its
+// jobs must go elsewhere. A job that failed with ErrStageLost while this
+// is false may run here again once the ring is re-connected.
+func (h *Head) Lost() bool { return h.isLost() }
 
 // RoutingSummary implements worker.PrefixSummarizer: the first stage's
 // prefix cache, as a whole model's runner reports it.
@@ -87,23 +96,50 @@ func (h *Head) isLost() bool {
 	}
 }
 
-// up waits for the pipeline to be connected; ErrStageLost if it is lost.
-func (h *Head) up(ctx context.Context) error {
-	select {
-	case <-h.m.ready:
-	case <-h.m.lost:
-		return h.m.lostError()
-	case <-ctx.Done():
-		return ctx.Err()
+// up waits for the pipeline's ring to be connected (a broken one is
+// re-connected within HealTimeout); ErrStageLost if it is lost.
+func (h *Head) up(ctx context.Context) (*ring, error) {
+	for {
+		h.m.mu.Lock()
+		r, changed, lost := h.m.ring, h.m.changed, h.m.lostErr != nil
+		h.m.mu.Unlock()
+		if lost {
+			return nil, h.m.lostError(nil)
+		}
+		if r != nil && !r.isBroken() {
+			return r, nil
+		}
+		select {
+		case <-changed:
+		case <-h.m.lost:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	if h.isLost() {
-		return h.m.lostError()
+}
+
+// stale is ErrStageLost when one of ids (with its cache length) belongs
+// to a ring generation other than gen: the other stages dropped it with a
+// broken ring, so its next pass cannot run there. A sequence they never
+// heard of must start at position 0 (or attach first). With mark, the
+// sequences are recorded as known in gen. Under h.mu.
+func (h *Head) stale(gen uint64, pass []runner.PassSeq, mark bool) error {
+	for _, p := range pass {
+		g, ok := h.known[p.ID]
+		if (ok && g != gen) || (!ok && p.Cache.Len() > 0) {
+			return h.m.lostError(fmt.Errorf("sequence %d was on a ring generation that broke", p.ID))
+		}
+	}
+	if mark {
+		for _, p := range pass {
+			h.known[p.ID] = gen
+		}
 	}
 	return nil
 }
 
-// send sends f and waits for the frame answering it.
-func (h *Head) send(ctx context.Context, f *Frame) (*Frame, error) {
+// send sends f on r and waits for the frame answering it.
+func (h *Head) send(ctx context.Context, r *ring, f *Frame) (*Frame, error) {
 	ch := make(chan *Frame, 1)
 	h.mu.Lock()
 	h.waiting[f.Batch] = ch
@@ -113,35 +149,29 @@ func (h *Head) send(ctx context.Context, f *Frame) (*Frame, error) {
 		delete(h.waiting, f.Batch)
 		h.mu.Unlock()
 	}()
-	if err := h.out().Send(h.m.ctx, f); err != nil {
-		h.m.fail(fmt.Errorf("send to stage 1: %w", err))
-		return nil, h.m.lostError()
+	if err := r.out.Send(h.m.ctx, f); err != nil {
+		r.brk(fmt.Errorf("send to stage 1: %w", err))
+		return nil, h.m.lostError(r.err)
 	}
 	select {
-	case r := <-ch:
-		if r.Kind == Failed {
-			return nil, fmt.Errorf("pipeline %s: %s", h.m.key.model, r.Payload)
+	case res := <-ch:
+		if res.Kind == Failed {
+			return nil, fmt.Errorf("pipeline %s: %s", h.m.key.model, res.Payload)
 		}
-		return r, nil
-	case <-h.m.lost:
-		return nil, h.m.lostError()
+		return res, nil
+	case <-r.broken:
+		return nil, h.m.lostError(r.err)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
-func (h *Head) out() *Conn {
-	h.m.mu.Lock()
-	defer h.m.mu.Unlock()
-	return h.m.outConn
-}
-
-// receive hands the last stage's frames to the passes waiting for them,
-// until the connection ends.
-func (h *Head) receive(in *Conn) error {
+// receive hands the last stage's frames on ring r to the passes waiting
+// for them, until the connection ends.
+func (h *Head) receive(r *ring) error {
 	for {
 		f := new(Frame)
-		if err := in.Recv(h.m.ctx, f); err != nil {
+		if err := r.in.Recv(h.m.ctx, f); err != nil {
 			return fmt.Errorf("from the last stage: %w", err)
 		}
 		switch f.Kind {
@@ -165,13 +195,26 @@ func (h *Head) receive(in *Conn) error {
 // Forward implements runner.Forwarder: the first stage's layers here, the
 // rest down the pipeline.
 func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32, []int, error) {
-	if err := h.up(ctx); err != nil {
+	// A sequence of a broken ring fails at once, not after the wait.
+	gen := h.m.generation()
+	h.mu.Lock()
+	err := h.stale(gen, pass, false)
+	h.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := h.up(ctx)
+	if err != nil {
 		return nil, nil, err
 	}
 	seqs := make([]engine.Seq, len(pass))
 	f := &Frame{Kind: Data, Batch: h.batches.Add(1), Seqs: make([]Seq, len(pass)), Cols: h.m.cfg.Model.Config().HiddenSize}
 	var params samplerParams
 	h.mu.Lock()
+	if err := h.stale(r.gen, pass, true); err != nil {
+		h.mu.Unlock()
+		return nil, nil, err
+	}
 	for i, p := range pass {
 		seqs[i] = p.Seq
 		f.Seqs[i] = Seq{ID: p.ID, Pos: p.Cache.Len(), PromptEnd: p.PromptEnd, AllLogits: p.AllLogits, Greedy: p.Greedy,
@@ -180,7 +223,6 @@ func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 			params = append(params, *p.Sample)
 		}
 		f.Rows += len(p.Tokens)
-		h.known[p.ID] = true
 	}
 	h.mu.Unlock()
 	if len(params) > 0 {
@@ -199,7 +241,7 @@ func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 		return nil, nil, err
 	}
 	f.Hidden = out.Hidden
-	res, err := h.send(ctx, f)
+	res, err := h.send(ctx, r, f)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -231,14 +273,19 @@ func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 // have of the prefix; the answer is what the last of them holds, which no
 // stage before it exceeds.
 func (h *Head) Attach(ctx context.Context, id uint64, tokens []int) (int, error) {
-	if err := h.up(ctx); err != nil {
+	r, err := h.up(ctx)
+	if err != nil {
 		return 0, err
 	}
 	h.mu.Lock()
-	h.known[id] = true
+	if g, ok := h.known[id]; ok && g != r.gen {
+		h.mu.Unlock()
+		return 0, h.m.lostError(fmt.Errorf("sequence %d was on a ring generation that broke", id))
+	}
+	h.known[id] = r.gen
 	h.mu.Unlock()
 	f := &Frame{Kind: Attach, Batch: h.batches.Add(1), Seqs: []Seq{{ID: id, Pos: len(tokens) - 1, Tokens: tokens}}, Rows: len(tokens)}
-	res, err := h.send(ctx, f)
+	res, err := h.send(ctx, r, f)
 	if err != nil {
 		return 0, err
 	}
@@ -253,14 +300,15 @@ func (h *Head) Attach(ctx context.Context, id uint64, tokens []int) (int, error)
 // connection).
 func (h *Head) Forget(id uint64) {
 	h.mu.Lock()
-	known := h.known[id]
+	gen, known := h.known[id]
 	delete(h.known, id)
 	h.mu.Unlock()
-	if !known || h.isLost() {
-		return
+	r := h.m.current()
+	if !known || r == nil || r.gen != gen || r.isBroken() {
+		return // the other stages dropped it with its ring
 	}
-	if err := h.out().Send(h.m.ctx, &Frame{Kind: Forget, Seqs: []Seq{{ID: id}}}); err != nil {
-		h.m.fail(fmt.Errorf("send to stage 1: %w", err))
+	if err := r.out.Send(h.m.ctx, &Frame{Kind: Forget, Seqs: []Seq{{ID: id}}}); err != nil {
+		r.brk(fmt.Errorf("send to stage 1: %w", err))
 	}
 }
 
