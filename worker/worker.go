@@ -90,8 +90,18 @@ type Config struct {
 	// stage of a pipelined model (stages.go); an unspecified host is
 	// replaced by the gossip host. "": it takes no stages.
 	Pipeline string
-	Logger   *slog.Logger
+	// MemoryBandwidth is the memory bandwidth in MB/s gossiped for
+	// pipeline placement (Meta.BandwidthMBs): > 0 this figure; 0 the
+	// chip's published one (a Mac, cluster.DetectHardware), else measured
+	// by a short probe in New (cluster.MeasureBandwidth, ~150 ms); < 0 no
+	// probe (a known Mac's figure still counts, else unknown). The default
+	// is -1, so tests start fast; the binary's -memory-bandwidth is 0.
+	MemoryBandwidth int64
+	Logger          *slog.Logger
 }
+
+// bandwidthProbe is the time Config.MeasureBandwidth may take.
+const bandwidthProbe = 150 * time.Millisecond
 
 // DefaultConfig returns a worker configuration with one slot.
 func DefaultConfig() Config {
@@ -102,6 +112,8 @@ func DefaultConfig() Config {
 		MetaInterval: 500 * time.Millisecond,
 		PingInterval: time.Second,
 		DrainTimeout: 60 * time.Second,
+		// No probe: tests start fast (the binary measures).
+		MemoryBandwidth: -1,
 	}
 }
 
@@ -175,6 +187,15 @@ func New(cfg Config) (*Worker, error) {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	hw := cluster.DetectHardware()
+	switch {
+	case cfg.MemoryBandwidth > 0:
+		hw.BandwidthMBs = cfg.MemoryBandwidth
+	case cfg.MemoryBandwidth == 0 && hw.BandwidthMBs == 0 && hw.GPUCores == 0:
+		// Not a Mac of the table (an Apple GPU of an unknown chip stays
+		// unknown: the CPU reaches only part of its bandwidth).
+		hw.BandwidthMBs = cluster.MeasureBandwidth(bandwidthProbe)
+		logger.Info("measured memory bandwidth", "component", "worker", "node", cfg.Name, "mb_per_s", hw.BandwidthMBs)
+	}
 	w := &Worker{
 		cfg:     cfg,
 		log:     logger.With("component", "worker", "node", cfg.Name),
@@ -185,7 +206,7 @@ func New(cfg Config) (*Worker, error) {
 		meta: cluster.Meta{
 			Role: cluster.RoleWorker, Version: cfg.Version,
 			Chip: hw.Chip, Cores: hw.Cores, MemoryMB: hw.MemoryMB,
-			GPUCores: hw.GPUCores, GPUWorkingMB: hw.GPUWorkingMB,
+			GPUCores: hw.GPUCores, GPUWorkingMB: hw.GPUWorkingMB, BandwidthMBs: hw.BandwidthMBs,
 			Models: cfg.Models, Slots: cfg.Slots, Free: cfg.Slots,
 			MemLimit: cfg.MemoryLimit,
 		},
