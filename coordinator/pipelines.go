@@ -148,6 +148,7 @@ func (p PlacementConfig) PipelinePlace(l *admin.ModelLayout, workers []pipeline.
 type pipeWorker struct {
 	name, addr, store string
 	room              int64
+	bandwidth         int64 // bytes/s, gossiped (Meta.BandwidthMBs); 0: unknown
 }
 
 // placePipelines is the leader's pipeline round for the managed models
@@ -204,7 +205,7 @@ func placePipelines(pc PlacementConfig, st State, placed map[string][]string, fr
 		var cands []pipeline.Worker
 		for _, w := range workers {
 			if w.addr != "" {
-				cands = append(cands, pipeline.Worker{Name: w.name, Free: alive[w.name].room})
+				cands = append(cands, pipeline.Worker{Name: w.name, Free: alive[w.name].room, Bandwidth: w.bandwidth})
 			}
 		}
 		as, err := pc.PipelinePlace(spec.Layout, cands)
@@ -309,7 +310,7 @@ func (c *Coordinator) pipelineRound(pc PlacementConfig, st State, placed map[str
 		if m.Meta.Role != cluster.RoleWorker || m.Meta.Store == "" || m.Meta.Leaving {
 			continue
 		}
-		workers = append(workers, pipeWorker{name: m.Name, addr: m.Meta.Pipeline, store: m.Meta.Store})
+		workers = append(workers, pipeWorker{name: m.Name, addr: m.Meta.Pipeline, store: m.Meta.Store, bandwidth: m.Meta.BandwidthMBs * 1e6})
 	}
 	for _, cmd := range placePipelines(pc, st, placed, free, workers, young) {
 		if cmd.Plan != nil {
