@@ -146,9 +146,9 @@ func (p PlacementConfig) PipelinePlace(l *admin.ModelLayout, workers []pipeline.
 
 // pipeWorker is a candidate stage worker in a placement round.
 type pipeWorker struct {
+	bandwidth         int64 // bytes/s, gossiped (Meta.BandwidthMBs); 0: unknown
 	name, addr, store string
 	room              int64
-	bandwidth         int64 // bytes/s, gossiped (Meta.BandwidthMBs); 0: unknown
 }
 
 // placePipelines is the leader's pipeline round for the managed models
@@ -205,8 +205,11 @@ func placePipelines(pc PlacementConfig, st State, placed map[string][]string, fr
 		var cands []pipeline.Worker
 		for _, w := range workers {
 			if w.addr != "" {
-				cands = append(cands, pipeline.Worker{Name: w.name, Free: alive[w.name].room, Bandwidth: w.bandwidth})
+				cands = append(cands, pipeline.Worker{Name: w.name, Free: alive[w.name].room})
 			}
+		}
+		for i := range cands { // the speeds the workers gossip (pipelineRound)
+			cands[i].Bandwidth = alive[cands[i].Name].bandwidth
 		}
 		as, err := pc.PipelinePlace(spec.Layout, cands)
 		if err != nil {
@@ -310,7 +313,10 @@ func (c *Coordinator) pipelineRound(pc PlacementConfig, st State, placed map[str
 		if m.Meta.Role != cluster.RoleWorker || m.Meta.Store == "" || m.Meta.Leaving {
 			continue
 		}
-		workers = append(workers, pipeWorker{name: m.Name, addr: m.Meta.Pipeline, store: m.Meta.Store, bandwidth: m.Meta.BandwidthMBs * 1e6})
+		workers = append(workers, pipeWorker{name: m.Name, addr: m.Meta.Pipeline, store: m.Meta.Store})
+	}
+	for i, w := range workers { // for the bandwidth-aware split (pipeline.Place)
+		workers[i].bandwidth = bandwidthOf(members, w.name)
 	}
 	for _, cmd := range placePipelines(pc, st, placed, free, workers, young) {
 		if cmd.Plan != nil {
@@ -322,6 +328,17 @@ func (c *Coordinator) pipelineRound(pc PlacementConfig, st State, placed map[str
 			c.log.Warn("set pipeline", "model", cmd.Model, "err", err)
 		}
 	}
+}
+
+// bandwidthOf is the memory bandwidth member name gossips, in bytes/s (0:
+// unknown).
+func bandwidthOf(members []cluster.Member, name string) int64 {
+	for _, m := range members {
+		if m.Name == name {
+			return m.Meta.BandwidthMBs * 1e6
+		}
+	}
+	return 0
 }
 
 func stagesText(p *pipeline.Plan) string {

@@ -206,7 +206,7 @@ func New(cfg Config) (*Worker, error) {
 		meta: cluster.Meta{
 			Role: cluster.RoleWorker, Version: cfg.Version,
 			Chip: hw.Chip, Cores: hw.Cores, MemoryMB: hw.MemoryMB,
-			GPUCores: hw.GPUCores, GPUWorkingMB: hw.GPUWorkingMB, BandwidthMBs: hw.BandwidthMBs,
+			GPUCores: hw.GPUCores, GPUWorkingMB: hw.GPUWorkingMB,
 			Models: cfg.Models, Slots: cfg.Slots, Free: cfg.Slots,
 			MemLimit: cfg.MemoryLimit,
 		},
@@ -214,6 +214,7 @@ func New(cfg Config) (*Worker, error) {
 	if mb := cfg.MemoryLimit >> 20; cfg.MemoryLimit > 0 && (w.meta.MemoryMB == 0 || w.meta.MemoryMB > mb) {
 		w.meta.MemoryMB = max(mb, 1)
 	}
+	w.meta.BandwidthMBs = hw.BandwidthMBs
 	for i := 0; i < cfg.Slots; i++ {
 		w.sem <- struct{}{}
 	}
