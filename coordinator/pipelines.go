@@ -330,17 +330,6 @@ func (c *Coordinator) pipelineRound(pc PlacementConfig, st State, placed map[str
 	}
 }
 
-// bandwidthOf is the memory bandwidth member name gossips, in bytes/s (0:
-// unknown).
-func bandwidthOf(members []cluster.Member, name string) int64 {
-	for _, m := range members {
-		if m.Name == name {
-			return m.Meta.BandwidthMBs * 1e6
-		}
-	}
-	return 0
-}
-
 func stagesText(p *pipeline.Plan) string {
 	s := ""
 	for i, st := range p.Stages {
@@ -405,4 +394,15 @@ func (c *Coordinator) pipelined(model string) bool {
 	defer c.fsm.mu.RUnlock()
 	_, ok := c.fsm.state.Pipelines[model]
 	return ok
+}
+
+// bandwidthOf is the memory bandwidth member name gossips, in bytes/s (0:
+// unknown).
+func bandwidthOf(members []cluster.Member, name string) int64 {
+	for _, m := range members {
+		if m.Name == name {
+			return m.Meta.BandwidthMBs * 1e6
+		}
+	}
+	return 0
 }
