@@ -453,6 +453,9 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 		}
 	}
 	for i, s := range f.Seqs {
+		if err := m.embedSeq(seqs, s); err != nil { // embed.go
+			return nil, err
+		}
 		st, err := m.seq(seqs, s.ID, s.Pos)
 		if err != nil {
 			return nil, err
@@ -464,7 +467,7 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 		es[i] = engine.Seq{Cache: st.cache, Tokens: s.Tokens, PromptEnd: s.PromptEnd, AllLogits: s.AllLogits, Greedy: s.Greedy && !s.Sample}
 	}
 	t0 := time.Now()
-	out, err := m.cfg.Model.ForwardStage(ctx, es, f.Hidden)
+	out, err := m.stagePass(ctx, es, f) // embed.go
 	m.busy(t0)
 	if err != nil {
 		return nil, err
@@ -480,6 +483,7 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 		return f, nil
 	}
 	*res = Frame{Kind: Result, Batch: f.Batch, Seqs: res.Seqs[:0], Hidden: res.Hidden[:0]}
+	cols := resultCols(out) // embed.go: embedding rows, narrower than logits, are padded
 	k := 0
 	for i, s := range f.Seqs {
 		r := Seq{ID: s.ID}
@@ -501,8 +505,9 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 			r.Tokens = []int{out.Tokens[i]}
 		default:
 			r.Logits = true
-			res.Cols = len(out.Logits[i])
+			res.Cols = cols
 			res.Hidden = append(res.Hidden, out.Logits[i]...)
+			res.Hidden = append(res.Hidden, make([]float32, cols-len(out.Logits[i]))...)
 			res.Rows++
 		}
 		res.Seqs = append(res.Seqs, r)
