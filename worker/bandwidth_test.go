@@ -7,24 +7,27 @@ import (
 )
 
 // TestMemoryBandwidthGossiped: Config.MemoryBandwidth reaches the gossiped
-// metadata: a given figure as is, 0 a measured one (not a known Mac: the
-// probe), and the default -1 no probe (unknown off a Mac).
+// metadata: a given figure as is, 0 a measured one on a worker that takes
+// stages (not a known Mac: the probe) and none on one that takes none, and
+// the default -1 no probe (unknown off a Mac).
 func TestMemoryBandwidthGossiped(t *testing.T) {
 	hw := cluster.DetectHardware()
 	for _, tc := range []struct {
-		name string
-		set  int64
-		ok   func(int64) bool
+		name     string
+		set      int64
+		pipeline string
+		ok       func(int64) bool
 	}{
-		{"given", 123_456, func(v int64) bool { return v == 123_456 }},
-		{"measured", 0, func(v int64) bool { return v > 0 }},
-		{"default: no probe", DefaultConfig().MemoryBandwidth, func(v int64) bool { return v == hw.BandwidthMBs }},
+		{"given", 123_456, "", func(v int64) bool { return v == 123_456 }},
+		{"measured", 0, "127.0.0.1:1", func(v int64) bool { return v > 0 }},
+		{"takes no stages: no probe", 0, "", func(v int64) bool { return v == hw.BandwidthMBs }},
+		{"default: no probe", DefaultConfig().MemoryBandwidth, "127.0.0.1:1", func(v int64) bool { return v == hw.BandwidthMBs }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Name, cfg.Models, cfg.Engine = "w", []string{"m"}, &TestEngine{}
 			cfg.Gossip = cluster.FastConfig()
-			cfg.MemoryBandwidth = tc.set
+			cfg.MemoryBandwidth, cfg.Pipeline = tc.set, tc.pipeline
 			w, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -92,10 +92,11 @@ type Config struct {
 	Pipeline string
 	// MemoryBandwidth is the memory bandwidth in MB/s gossiped for
 	// pipeline placement (Meta.BandwidthMBs): > 0 this figure; 0 the
-	// chip's published one (a Mac, cluster.DetectHardware), else measured
-	// by a short probe in New (cluster.MeasureBandwidth, ~150 ms); < 0 no
-	// probe (a known Mac's figure still counts, else unknown). The default
-	// is -1, so tests start fast; the binary's -memory-bandwidth is 0.
+	// chip's published one (a Mac, cluster.DetectHardware), else, on a
+	// worker that takes stages (Pipeline set), measured by a short probe in
+	// New (cluster.MeasureBandwidth, ~150 ms); < 0 no probe (a known Mac's
+	// figure still counts, else unknown). The default is -1, so tests
+	// start fast; the binary's -memory-bandwidth is 0.
 	MemoryBandwidth int64
 	Logger          *slog.Logger
 }
@@ -190,9 +191,10 @@ func New(cfg Config) (*Worker, error) {
 	switch {
 	case cfg.MemoryBandwidth > 0:
 		hw.BandwidthMBs = cfg.MemoryBandwidth
-	case cfg.MemoryBandwidth == 0 && hw.BandwidthMBs == 0 && hw.GPUCores == 0:
-		// Not a Mac of the table (an Apple GPU of an unknown chip stays
-		// unknown: the CPU reaches only part of its bandwidth).
+	case cfg.MemoryBandwidth == 0 && hw.BandwidthMBs == 0 && hw.GPUCores == 0 && cfg.Pipeline != "":
+		// A worker that can take stages, not a Mac of the table (an Apple
+		// GPU of an unknown chip stays unknown: the CPU reaches only part
+		// of its bandwidth).
 		hw.BandwidthMBs = cluster.MeasureBandwidth(bandwidthProbe)
 		logger.Info("measured memory bandwidth", "component", "worker", "node", cfg.Name, "mb_per_s", hw.BandwidthMBs)
 	}
