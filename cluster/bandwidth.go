@@ -9,11 +9,13 @@ import (
 
 // MeasureBandwidth estimates this machine's memory bandwidth in MB/s
 // (10^6 bytes) by a streaming read: one goroutine per CPU sums its share of
-// a buffer much larger than the last-level caches, pass after pass, for at
-// most budget (about 200 ms at worker start), and the best pass counts. It
-// is what a memory-bound decode step, which streams the weights with every
-// core, can get; a busy machine reads low. It returns 0 (unknown) when it
-// could not time a whole pass within the budget.
+// a buffer of twice the last-level cache (64–512 MiB), pass after pass,
+// and the best pass counts. It is what a memory-bound decode step, which
+// streams the weights with every core, can get. It takes about budget in
+// all (~150 ms at worker start), first touch of the pages included, plus
+// at most one pass; a machine too busy to fault the buffer in within the
+// budget reads as 0 (unknown: a figure measured under such load would be
+// far too low, and unknown puts placement back on the memory rule).
 func MeasureBandwidth(budget time.Duration) int64 {
 	// Twice the last-level cache, so that the passes read memory, within
 	// bounds that keep the page faults of the first touch short.
@@ -26,13 +28,22 @@ func MeasureBandwidth(budget time.Duration) int64 {
 		parts[i] = buf[i*len(buf)/threads : (i+1)*len(buf)/threads]
 	}
 	// Fault the pages in (in parallel, as the reads will be), so the
-	// timed passes read memory, not the zero page.
+	// timed passes read memory, not the zero page; give up at the
+	// deadline.
+	var late atomic.Bool
 	each(parts, func(p []uint64) uint64 {
 		for i := 0; i < len(p); i += 512 {
 			p[i] = uint64(i)
+			if i%(1<<21) == 0 && time.Now().After(deadline) {
+				late.Store(true)
+				return 0
+			}
 		}
 		return 0
 	})
+	if late.Load() {
+		return 0
+	}
 	// At least one pass; another only while one more of the best so far
 	// still ends before the deadline.
 	var best time.Duration

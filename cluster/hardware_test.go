@@ -52,17 +52,25 @@ func TestMetaBandwidth(t *testing.T) {
 	}
 }
 
-// The probe finishes near its budget and measures a plausible figure
-// (between 100 MB/s and 10 TB/s: it reads memory, and the reads happen).
+// The probe takes about its budget and measures a plausible figure
+// (between 100 MB/s and 10 TB/s: it reads memory, and the reads happen),
+// or 0 when the machine was too busy to fault its buffer in within the
+// budget (a loaded test machine: then a generous budget must succeed).
 func TestMeasureBandwidth(t *testing.T) {
-	t0 := time.Now()
-	mbs := MeasureBandwidth(150 * time.Millisecond)
-	took := time.Since(t0)
-	if mbs < 100 || mbs > 10_000_000 {
-		t.Errorf("measured %d MB/s, want 100 MB/s .. 10 TB/s", mbs)
+	for _, budget := range []time.Duration{150 * time.Millisecond, 1500 * time.Millisecond} {
+		t0 := time.Now()
+		mbs := MeasureBandwidth(budget)
+		took := time.Since(t0)
+		t.Logf("budget %v: %d MB/s in %v", budget, mbs, took)
+		if took > budget+2*time.Second { // one pass beyond the budget, on a loaded machine
+			t.Errorf("probe took %v for a %v budget", took, budget)
+		}
+		if mbs == 0 && budget < time.Second {
+			continue // too busy for the short budget
+		}
+		if mbs < 100 || mbs > 10_000_000 {
+			t.Errorf("budget %v: measured %d MB/s, want 100 MB/s .. 10 TB/s", budget, mbs)
+		}
+		return
 	}
-	if took > 2*time.Second { // generous: a loaded machine
-		t.Errorf("probe took %v for a 150ms budget", took)
-	}
-	t.Logf("%d MB/s in %v", mbs, took)
 }
