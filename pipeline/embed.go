@@ -6,8 +6,9 @@ package pipeline
 // each sequence's final-normed hidden state as its result row, so the
 // vectors are the whole model's bit for bit. Sequences of one frame are
 // either all embedding passes (the runner sends them alone) or, should
-// passes be merged, split into two engine passes on the last stage: each
-// sequence's rows do not depend on the others in its batch.
+// passes be merged, split into two engine passes on the last stage (each
+// sequence's rows do not depend on the others in its batch), the
+// embedding rows padded to the logits rows' width.
 
 import (
 	"context"
@@ -81,21 +82,20 @@ func (m *Member) stagePass(ctx context.Context, es []engine.Seq, f *Frame) (engi
 		// step with the head, which fails the pass (and the ring) anyway.
 		return out, fmt.Errorf("embedding part of a merged pass: %w", err)
 	}
+	// A result frame's rows have one width: embedding rows, narrower than
+	// the logits rows beside them, are padded with zeros (the runner reads
+	// the first HiddenSize values).
+	w := 0
+	for _, i := range rest {
+		w = max(w, len(out.Logits[i]))
+	}
 	for j, i := range emb {
 		out.Logits[i] = rows[j]
+		if len(rows[j]) < w {
+			out.Logits[i] = append(rows[j][:len(rows[j]):len(rows[j])], make([]float32, w-len(rows[j]))...)
+		}
 	}
 	return out, nil
-}
-
-// resultCols is the width of a result frame's rows: the widest of the
-// rows returned (logits; embedding rows are narrower and padded with
-// zeros).
-func resultCols(out engine.StageOutput) int {
-	w := 0
-	for _, r := range out.Logits {
-		w = max(w, len(r))
-	}
-	return w
 }
 
 func minusOnes(n int) []int {

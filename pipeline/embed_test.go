@@ -145,12 +145,16 @@ func TestStagePassMixed(t *testing.T) {
 	}
 	mixed := run(true, false, -1)
 	alone := []engine.StageOutput{run(true, false, 0), run(true, false, 1)}
-	if len(mixed.Logits[0]) != models[0].Config().HiddenSize || len(mixed.Logits[1]) != V {
-		t.Fatalf("row widths %d and %d, want the hidden size and the vocabulary", len(mixed.Logits[0]), len(mixed.Logits[1]))
+	H := models[0].Config().HiddenSize
+	if len(alone[0].Logits[0]) != H || len(mixed.Logits[0]) != V || len(mixed.Logits[1]) != V {
+		t.Fatalf("row widths: alone %d, mixed %d and %d; want the hidden size alone, the vocabulary (padded) mixed",
+			len(alone[0].Logits[0]), len(mixed.Logits[0]), len(mixed.Logits[1]))
 	}
-	sameVectors(t, mixed.Logits[:1], alone[0].Logits)
+	sameVectors(t, [][]float32{mixed.Logits[0][:H]}, alone[0].Logits)
 	sameVectors(t, mixed.Logits[1:], alone[1].Logits)
-	if resultCols(mixed) != V {
-		t.Errorf("result frame width %d, want %d", resultCols(mixed), V)
+	for _, x := range mixed.Logits[0][H:] {
+		if x != 0 {
+			t.Fatalf("padding holds %v, want zeros", x)
+		}
 	}
 }

@@ -483,7 +483,6 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 		return f, nil
 	}
 	*res = Frame{Kind: Result, Batch: f.Batch, Seqs: res.Seqs[:0], Hidden: res.Hidden[:0]}
-	cols := resultCols(out) // embed.go: embedding rows, narrower than logits, are padded
 	k := 0
 	for i, s := range f.Seqs {
 		r := Seq{ID: s.ID}
@@ -505,9 +504,8 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 			r.Tokens = []int{out.Tokens[i]}
 		default:
 			r.Logits = true
-			res.Cols = cols
+			res.Cols = len(out.Logits[i])
 			res.Hidden = append(res.Hidden, out.Logits[i]...)
-			res.Hidden = append(res.Hidden, make([]float32, cols-len(out.Logits[i]))...)
 			res.Rows++
 		}
 		res.Seqs = append(res.Seqs, r)
