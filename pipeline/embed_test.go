@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -155,6 +156,51 @@ func TestStagePassMixed(t *testing.T) {
 	for _, x := range mixed.Logits[0][H:] {
 		if x != 0 {
 			t.Fatalf("padding holds %v, want zeros", x)
+		}
+	}
+}
+
+// Embedding jobs beside generation on one Head (the scheduler's lanes run
+// their passes at the same time, and a Head that merges passes puts both
+// kinds in one frame): both answer as on the whole model — the vectors
+// bit for bit, the generations token for token and logprob for logprob.
+func TestHeadEmbeddingsBesideGeneration(t *testing.T) {
+	path := filepath.Join("..", "testdata", "hf", "qwen3")
+	rc := fixtureRunner(path, engine.Options{})
+	whole, err := runner.New(rc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	V := whole.Model().VocabSize()
+	jobs := requests(V)
+	inputs := [][]int{randomTokens(11, 90, V), randomTokens(12, 5, V), randomTokens(13, 33, V)}
+	wantGen := runAll(t, whole, jobs, false)
+	wantEmb, err := embedAll(t, whole, inputs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := engine.Options{Threads: 1}
+	tp := startPipeline(t, newSecret(t), path, opts, splits(whole.Model().Config().NumHiddenLayers)[0], 1, rc)
+	for round := range 3 {
+		var gen []generation
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			gen = runAll(t, tp.head, jobs, true)
+		}()
+		var embs [][][]float32
+		for range 3 {
+			got, err := embedAll(t, tp.head, inputs, nil)
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			embs = append(embs, got)
+		}
+		<-done
+		sameGenerations(t, gen, wantGen)
+		for _, got := range embs {
+			sameVectors(t, got, wantEmb)
 		}
 	}
 }
