@@ -13,7 +13,7 @@ import (
 )
 
 // TestPipelineBandwidthGossiped: the memory bandwidth workers gossip
-// (Meta.BandwidthMBs) reaches the leader's pipeline plan. Two stage
+// (Meta.BandwidthMBs) reaches the leader's pipeline plan (and the status). Two stage
 // workers with the same room, one 5× faster: the fast one gets the larger
 // share of the layers (with the bandwidth left out, the memory rule splits
 // them evenly, which the test also checks, so it fails if the gossiped
@@ -75,6 +75,14 @@ func TestPipelineBandwidthGossiped(t *testing.T) {
 		t.Errorf("plan %s, want %s (the memory rule alone: %s)", got, want, memOnly)
 	}
 	t.Logf("plan %s (the memory rule alone: %s)", got, memOnly)
+	// The status shows the figures.
+	for _, n := range c.Status(ctx).Nodes {
+		for _, w := range workers {
+			if n.Name == w.name && n.BandwidthMBs != w.mbs {
+				t.Errorf("status: %s memory_bandwidth_mb_s %d, want %d", n.Name, n.BandwidthMBs, w.mbs)
+			}
+		}
+	}
 }
 
 func mustPlace(t *testing.T, pc coordinator.PlacementConfig, l *admin.ModelLayout, ws []pipeline.Worker) string {

@@ -303,8 +303,10 @@ func fastest(m ModelSize, b Budget, need []int64, ws []Worker, k int) *bwPlan {
 		slowest = min(slowest, w.Bandwidth)
 	}
 	// At hi every worker can read the whole model in a step: only memory
-	// binds.
-	lo, hi := 0.0, float64(weights)/float64(slowest)*1.01+1e-9
+	// binds. (The explicit conversion keeps the compiler from fusing the
+	// multiply and add, which would round differently on some CPUs: the
+	// plan must not depend on the leader's architecture.)
+	lo, hi := 0.0, float64(float64(weights)/float64(slowest)*1.01)+1e-9
 	try := func(t float64) *bwPlan {
 		set := chooseSet(ws, k, t, b.Overhead)
 		for _, order := range [][]Worker{byBandwidth(set), byMemory(set)} {
