@@ -397,10 +397,11 @@ func (c *Coordinator) pipelined(model string) bool {
 }
 
 // bandwidthOf is the memory bandwidth member name gossips, in bytes/s (0:
-// unknown).
+// unknown). A figure outside (0, 100 TB/s] counts as unknown, so that no
+// bad value overflows placement's arithmetic.
 func bandwidthOf(members []cluster.Member, name string) int64 {
 	for _, m := range members {
-		if m.Name == name {
+		if m.Name == name && m.Meta.BandwidthMBs > 0 && m.Meta.BandwidthMBs <= 100_000_000 {
 			return m.Meta.BandwidthMBs * 1e6
 		}
 	}
