@@ -13,7 +13,7 @@ func TestBandwidthOf(t *testing.T) {
 		{Name: "mac", Meta: cluster.Meta{BandwidthMBs: 546_000}},
 		{Name: "old"},
 		{Name: "neg", Meta: cluster.Meta{BandwidthMBs: -5}},
-		{Name: "huge", Meta: cluster.Meta{BandwidthMBs: 1 << 60}},
+		{Name: "huge", Meta: cluster.Meta{BandwidthMBs: 1<<50 + 3}},
 	}
 	for name, want := range map[string]int64{"mac": 546e9, "old": 0, "neg": 0, "huge": 0, "gone": 0} {
 		if got := bandwidthOf(ms, name); got != want {
