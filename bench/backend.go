@@ -25,7 +25,7 @@ type benchBackend struct {
 	// are read on a Mac.
 	GPUCores        int    `json:"gpu_cores,omitempty"`
 	WorkingSetBytes uint64 `json:"gpu_working_set_bytes,omitempty"`
-	// PeakGBs is the chip's memory-bandwidth limit (metal.PeakBandwidth);
+	// PeakGBs is the chip's memory-bandwidth limit (mtl.PeakBandwidth);
 	// BandwidthShare = bandwidth_gb_s / PeakGBs. Both absent for chips not
 	// in the table and for the emulator.
 	PeakGBs        float64 `json:"peak_gb_s,omitempty"`
@@ -61,7 +61,7 @@ func backendFigures(be engine.Backend, gbs float64) *benchBackend {
 			f.Chip = h.Chip
 		}
 	}
-	if peak, ok := metal.PeakBandwidth(f.Chip, f.GPUCores); ok {
+	if peak, ok := mtl.PeakBandwidth(f.Chip, f.GPUCores); ok {
 		f.PeakGBs = peak
 		f.BandwidthShare = gbs / peak
 	}

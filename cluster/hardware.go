@@ -11,6 +11,10 @@ type Hardware struct {
 	// Metal device's recommended working set (MB).
 	GPUCores     int
 	GPUWorkingMB int64
+	// BandwidthMBs is the memory bandwidth in MB/s (10^6 bytes): a Mac's
+	// published figure by chip (mtl.PeakBandwidth), elsewhere 0 until
+	// MeasureBandwidth fills it in (0: unknown).
+	BandwidthMBs int64
 }
 
 // DetectHardware reads the chip name, core count and memory size of this

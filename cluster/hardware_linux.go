@@ -3,6 +3,7 @@ package cluster
 import (
 	"bufio"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -39,4 +40,29 @@ func detectHardware() Hardware {
 		f.Close()
 	}
 	return h
+}
+
+// lastLevelCache is the size in bytes of CPU 0's largest cache (sysfs), 0
+// if unknown.
+func lastLevelCache() int64 {
+	dirs, _ := filepath.Glob("/sys/devices/system/cpu/cpu0/cache/index*")
+	var best int64
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "size"))
+		if err != nil {
+			continue
+		}
+		v := strings.TrimSpace(string(b))
+		mult := int64(1)
+		switch {
+		case strings.HasSuffix(v, "K"):
+			mult, v = 1<<10, strings.TrimSuffix(v, "K")
+		case strings.HasSuffix(v, "M"):
+			mult, v = 1<<20, strings.TrimSuffix(v, "M")
+		}
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			best = max(best, n*mult)
+		}
+	}
+	return best
 }

@@ -39,6 +39,11 @@ type Meta struct {
 	// how much of the unified memory a model + KV cache may use).
 	GPUCores     int   `json:"gc,omitempty"`
 	GPUWorkingMB int64 `json:"gw,omitempty"`
+	// BandwidthMBs is the node's memory bandwidth in MB/s (Hardware): a
+	// Mac's published figure or a Linux worker's measured one; 0 (absent,
+	// as from a worker older than the field): unknown. Pipeline placement
+	// sizes stages by it (docs/cluster.md, "Pipelined models").
+	BandwidthMBs int64 `json:"bw,omitempty"`
 	// Worker load: models served, free job slots, total slots, jobs running.
 	Models  []string `json:"md,omitempty"`
 	Free    int      `json:"f,omitempty"`

@@ -161,6 +161,7 @@ func (p PlacementConfig) PipelinePlace(l *admin.ModelLayout, workers []pipeline.
 
 // pipeWorker is a candidate stage worker in a placement round.
 type pipeWorker struct {
+	bandwidth         int64 // bytes/s, gossiped (Meta.BandwidthMBs); 0: unknown
 	name, addr, store string
 	room              int64
 	// kv is the KV budget a stage here holds (Meta.KVBytes, the worker's
@@ -235,6 +236,9 @@ func placePipelines(pc PlacementConfig, st State, placed map[string][]string, fr
 			if w.addr != "" && !bad[w.name] {
 				cands = append(cands, pipeline.Worker{Name: w.name, Free: alive[w.name].room - alive[w.name].kvExtra(budget)})
 			}
+		}
+		for i := range cands { // the speeds the workers gossip (pipelineRound)
+			cands[i].Bandwidth = alive[cands[i].Name].bandwidth
 		}
 		as, err := pc.PipelinePlace(spec.Layout, cands)
 		if err != nil {
@@ -340,6 +344,9 @@ func (c *Coordinator) pipelineRound(pc PlacementConfig, st State, placed map[str
 			continue
 		}
 		workers = append(workers, pipeWorker{name: m.Name, addr: m.Meta.Pipeline, store: m.Meta.Store, kv: m.Meta.KVBytes})
+	}
+	for i, w := range workers { // for the bandwidth-aware split (pipeline.Place)
+		workers[i].bandwidth = bandwidthOf(members, w.name)
 	}
 	for _, cmd := range placePipelines(pc, st, placed, free, workers, young, c.stageFailures(st)) {
 		if cmd.Plan != nil {
@@ -462,4 +469,16 @@ func (c *Coordinator) pipelined(model string) bool {
 	defer c.fsm.mu.RUnlock()
 	_, ok := c.fsm.state.Pipelines[model]
 	return ok
+}
+
+// bandwidthOf is the memory bandwidth member name gossips, in bytes/s (0:
+// unknown). A figure outside (0, 100 TB/s] counts as unknown, so that no
+// bad value overflows placement's arithmetic.
+func bandwidthOf(members []cluster.Member, name string) int64 {
+	for _, m := range members {
+		if m.Name == name && m.Meta.BandwidthMBs > 0 && m.Meta.BandwidthMBs <= 100_000_000 {
+			return m.Meta.BandwidthMBs * 1e6
+		}
+	}
+	return 0
 }

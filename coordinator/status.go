@@ -46,7 +46,7 @@ func (c *Coordinator) Status(ctx context.Context) Status {
 			Chip: m.Meta.Chip, Cores: m.Meta.Cores, MemoryMB: m.Meta.MemoryMB,
 			Models: m.Meta.Models, Slots: m.Meta.Slots, Running: m.Meta.Running, Free: m.Meta.Free, Ready: m.Meta.Ready, Leaving: m.Meta.Leaving,
 			HTTP: m.Meta.HTTP, NATS: m.Meta.NATS,
-			GPUCores: m.Meta.GPUCores, GPUWorkingMB: m.Meta.GPUWorkingMB,
+			GPUCores: m.Meta.GPUCores, GPUWorkingMB: m.Meta.GPUWorkingMB, BandwidthMBs: m.Meta.BandwidthMBs,
 		}
 		if m.Meta.Role == cluster.RoleCoordinator {
 			switch {

@@ -73,7 +73,7 @@ func kernelClass(kernel string) string {
 }
 
 // PredictChips are the chips of the prediction table with the bandwidth
-// used (GB/s): Apple's published figures (PeakBandwidth), and for the M5
+// used (GB/s): Apple's published figures (mtl.PeakBandwidth), and for the M5
 // Max the 614 GB/s that Lily's measured 194.7 tok/s (≈52%) refers to.
 var PredictChips = []struct {
 	Name string

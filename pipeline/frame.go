@@ -84,8 +84,13 @@ type Seq struct {
 	// does, so that the prefix cache can resume there on every stage.
 	Snapshot bool
 	// Logits (a result frame): the sequence's row of Hidden holds its
-	// logits; otherwise Tokens[0] is its next token.
+	// logits (an Embed sequence: its embedding, the first HiddenSize
+	// values of the row); otherwise Tokens[0] is its next token.
 	Logits bool
+	// Embed (a data frame): the last stage returns the final-normed hidden
+	// state of the sequence's last token instead of logits (an embedding
+	// request on a pipelined model; engine.Model.EmbedStage).
+	Embed  bool
 	Tokens []int
 }
 
@@ -169,7 +174,7 @@ func rowsOf(k Kind, seqs []Seq) int {
 // follows:
 //
 //	u8 version (2) | u8 encoding | u16 kind | u64 batch | u32 seqs | u32 rows | u32 cols | u32 meta bytes | u32 payload bytes
-//	per sequence: u64 id | u32 pos | u32 prompt end | u8 flags (1 all logits, 2 greedy, 4 sample, 8 logits, 16 snapshot) | u32 n | n × u32 token
+//	per sequence: u64 id | u32 pos | u32 prompt end | u8 flags (1 all logits, 2 greedy, 4 sample, 8 logits, 16 snapshot, 32 embed) | u32 n | n × u32 token
 //	payload
 //	rows × cols values (4 or 2 bytes each)
 //
@@ -185,6 +190,7 @@ const (
 	flagSample   = 4
 	flagLogits   = 8
 	flagSnapshot = 16
+	flagEmbed    = 32
 	// maxCount bounds each count field before anything is allocated.
 	maxCount = 1 << 28
 )
@@ -269,6 +275,9 @@ func (f *Frame) appendMeta(b []byte) []byte {
 		}
 		if s.Snapshot {
 			fl |= flagSnapshot
+		}
+		if s.Embed {
+			fl |= flagEmbed
 		}
 		b = append(b, fl)
 		b = le.AppendUint32(b, uint32(len(s.Tokens)))
@@ -373,7 +382,7 @@ func readFrame(r io.Reader, f *Frame, buf []byte, max int) ([]byte, error) {
 		s := Seq{ID: le.Uint64(rec), Pos: int(le.Uint32(rec[8:])), PromptEnd: int(le.Uint32(rec[12:]))}
 		fl := rec[16]
 		s.AllLogits, s.Greedy, s.Sample = fl&flagAll != 0, fl&flagGreedy != 0, fl&flagSample != 0
-		s.Logits, s.Snapshot = fl&flagLogits != 0, fl&flagSnapshot != 0
+		s.Logits, s.Snapshot, s.Embed = fl&flagLogits != 0, fl&flagSnapshot != 0, fl&flagEmbed != 0
 		nt := int(le.Uint32(rec[17:]))
 		off += seqHead
 		if (nt == 0 && kind == Data) || nt > (recs-off)/4 {

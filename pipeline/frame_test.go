@@ -22,7 +22,7 @@ func testFrame(seed uint64, cols int, enc Encoding, counts ...int) *Frame {
 	f := &Frame{Batch: r.Uint64(), Cols: cols, Encoding: enc}
 	for i, n := range counts {
 		s := Seq{ID: r.Uint64(), Pos: r.IntN(1 << 20), PromptEnd: r.IntN(1 << 20), AllLogits: i%2 == 0, Greedy: i%3 == 1,
-			Sample: i%3 == 2, Snapshot: i%4 == 3}
+			Sample: i%3 == 2, Snapshot: i%4 == 3, Embed: i%5 == 4}
 		for range n {
 			s.Tokens = append(s.Tokens, r.IntN(1<<32))
 		}
@@ -55,7 +55,7 @@ func sameFrame(t *testing.T, got, want *Frame, exact bool) {
 	for i := range want.Seqs {
 		g, w := got.Seqs[i], want.Seqs[i]
 		if g.ID != w.ID || g.Pos != w.Pos || g.PromptEnd != w.PromptEnd || g.AllLogits != w.AllLogits || g.Greedy != w.Greedy ||
-			g.Sample != w.Sample || g.Logits != w.Logits || g.Snapshot != w.Snapshot || !slices.Equal(g.Tokens, w.Tokens) {
+			g.Sample != w.Sample || g.Logits != w.Logits || g.Snapshot != w.Snapshot || g.Embed != w.Embed || !slices.Equal(g.Tokens, w.Tokens) {
 			t.Fatalf("sequence %d: got %+v, want %+v", i, g, w)
 		}
 	}

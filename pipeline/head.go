@@ -218,7 +218,7 @@ func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 	for i, p := range pass {
 		seqs[i] = p.Seq
 		f.Seqs[i] = Seq{ID: p.ID, Pos: p.Cache.Len(), PromptEnd: p.PromptEnd, AllLogits: p.AllLogits, Greedy: p.Greedy,
-			Sample: p.Sample != nil, Snapshot: p.Snapshot, Tokens: p.Tokens}
+			Sample: p.Sample != nil, Snapshot: p.Snapshot, Embed: p.Embed, Tokens: p.Tokens}
 		if p.Sample != nil {
 			params = append(params, *p.Sample)
 		}

@@ -440,6 +440,9 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 		}
 	}
 	for i, s := range f.Seqs {
+		if err := m.embedSeq(seqs, s); err != nil { // embed.go
+			return nil, err
+		}
 		st, err := m.seq(seqs, s.ID, s.Pos)
 		if err != nil {
 			return nil, err
@@ -451,7 +454,7 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 		es[i] = engine.Seq{Cache: st.cache, Tokens: s.Tokens, PromptEnd: s.PromptEnd, AllLogits: s.AllLogits, Greedy: s.Greedy && !s.Sample}
 	}
 	t0 := time.Now()
-	out, err := m.cfg.Model.ForwardStage(ctx, es, f.Hidden)
+	out, err := m.stagePass(ctx, es, f) // embed.go
 	m.busy(t0)
 	if err != nil {
 		return nil, err

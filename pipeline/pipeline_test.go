@@ -34,7 +34,7 @@ func TestPlacedPipelineOverTLS(t *testing.T) {
 	for _, l := range size.Layers {
 		total += l
 	}
-	workers := []Worker{{"w1", total * 45 / 100}, {"w2", total * 45 / 100}, {"w3", total * 45 / 100}}
+	workers := []Worker{{Name: "w1", Free: total * 45 / 100}, {Name: "w2", Free: total * 45 / 100}, {Name: "w3", Free: total * 45 / 100}}
 	plan, err := Place(size, Budget{}, workers)
 	if err != nil {
 		t.Fatal(err)

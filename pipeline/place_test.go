@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,20 +45,20 @@ func TestPlace(t *testing.T) {
 		{
 			name:    "fits the largest worker whole",
 			model:   uniform(4, gib, gib/4, gib/4, 0),
-			workers: []Worker{{"small", 2 * gib}, {"big", 8 * gib}},
+			workers: []Worker{{Name: "small", Free: 2 * gib}, {Name: "big", Free: 8 * gib}},
 			want:    "big:[0,4)",
 		},
 		{
 			name:  "three equal workers share evenly",
 			model: uniform(12, gib, gib/2, gib/2, 0),
 			// 13 GiB over 3 × 5 GiB: two cannot hold it.
-			workers: []Worker{{"a", 5 * gib}, {"b", 5 * gib}, {"c", 5 * gib}},
+			workers: []Worker{{Name: "a", Free: 5 * gib}, {Name: "b", Free: 5 * gib}, {Name: "c", Free: 5 * gib}},
 			want:    "a:[0,4) b:[4,8) c:[8,12)",
 		},
 		{
 			name:    "fewest workers, largest first, sized by memory",
 			model:   uniform(20, gib, gib, gib, 0),
-			workers: []Worker{{"air", 8 * gib}, {"studio", 16 * gib}, {"pro", 12 * gib}, {"mini", 4 * gib}},
+			workers: []Worker{{Name: "air", Free: 8 * gib}, {Name: "studio", Free: 16 * gib}, {Name: "pro", Free: 12 * gib}, {Name: "mini", Free: 4 * gib}},
 			// 22 GiB: studio + pro (28 GiB); shares as equal as layers allow.
 			want: "studio:[0,12) pro:[12,20)",
 		},
@@ -65,44 +66,44 @@ func TestPlace(t *testing.T) {
 			name:    "KV budget counts against each stage's own layers",
 			model:   uniform(8, gib, 0, 0, 1<<20), // 1 MiB per token per layer
 			budget:  Budget{Tokens: 1024},         // 1 GiB per layer
-			workers: []Worker{{"a", 10 * gib}, {"b", 10 * gib}},
+			workers: []Worker{{Name: "a", Free: 10 * gib}, {Name: "b", Free: 10 * gib}},
 			want:    "a:[0,4) b:[4,8)",
 		},
 		{
 			name:    "hybrid: state per sequence and KV of attention layers",
 			model:   hybrid,
 			budget:  Budget{Tokens: 4096, Seqs: 8, Overhead: gib / 4},
-			workers: []Worker{{"a", 7 * gib}, {"b", 7 * gib}}, // 6.5 GiB per stage
+			workers: []Worker{{Name: "a", Free: 7 * gib}, {Name: "b", Free: 7 * gib}}, // 6.5 GiB per stage
 			want:    "a:[0,4) b:[4,8)",
 		},
 		{
 			name:    "ties by name, workers without memory skipped",
 			model:   uniform(6, gib, 0, 0, 0),
-			workers: []Worker{{"z", 4 * gib}, {"y", 4 * gib}, {"x", 0}},
+			workers: []Worker{{Name: "z", Free: 4 * gib}, {Name: "y", Free: 4 * gib}, {Name: "x", Free: 0}},
 			want:    "y:[0,3) z:[3,6)",
 		},
 		{
 			name:    "no fit",
 			model:   uniform(6, gib, 0, 0, 0),
-			workers: []Worker{{"a", 2 * gib}, {"b", 2 * gib}},
+			workers: []Worker{{Name: "a", Free: 2 * gib}, {Name: "b", Free: 2 * gib}},
 			wantErr: "needs about 6442450944 bytes (weights + budget), 2 workers have 4294967296 free",
 		},
 		{
 			name:    "a layer bigger than any worker",
 			model:   uniform(2, 3*gib, 0, 0, 0),
-			workers: []Worker{{"a", 2 * gib}, {"b", 2 * gib}, {"c", 2 * gib}},
+			workers: []Worker{{Name: "a", Free: 2 * gib}, {Name: "b", Free: 2 * gib}, {Name: "c", Free: 2 * gib}},
 			wantErr: "does not fit",
 		},
 		{
 			name:    "no layers",
 			model:   ModelSize{},
-			workers: []Worker{{"a", gib}},
+			workers: []Worker{{Name: "a", Free: gib}},
 			wantErr: "no layers",
 		},
 		{
 			name:    "sizes disagree",
 			model:   ModelSize{Layers: []int64{1, 2}, KVPerToken: []int64{1}, StatePerSeq: []int64{0, 0}},
-			workers: []Worker{{"a", gib}},
+			workers: []Worker{{Name: "a", Free: gib}},
 			wantErr: "2 layers but 1 KV and 2 state sizes",
 		},
 	} {
@@ -124,6 +125,89 @@ func TestPlace(t *testing.T) {
 				t.Errorf("got %s, want %s", plan(got), tc.want)
 			}
 			checkPlan(t, tc.model, got)
+		})
+	}
+}
+
+// bw is a worker of free GiB and a memory bandwidth of gbs GB/s.
+func bw(name string, free int64, gbs int64) Worker {
+	return Worker{Name: name, Free: free * gib, Bandwidth: gbs * 1e9}
+}
+
+// With every bandwidth known, stages are sized by speed: the slowest
+// stage's weight bytes / bandwidth is made as small as memory allows, over
+// the fewest workers unless one more cuts the round time (stages × slowest
+// stage) by 20%. Every case but the last fails with the memory rule.
+func TestPlaceBandwidth(t *testing.T) {
+	m24 := uniform(24, gib, gib/2, gib/2, 0)
+	for _, tc := range []struct {
+		name    string
+		model   ModelSize
+		workers []Worker
+		want    string
+	}{
+		{
+			name:  "the faster worker takes the bigger share",
+			model: m24,
+			// Memory rule: 12 and 12. By speed the Max takes what fits.
+			workers: []Worker{bw("air", 20, 100), bw("max", 20, 546)},
+			want:    "air:[0,5) max:[5,24)",
+		},
+		{
+			name:  "one M4 Max and two M2 Airs: the Max full, one Air",
+			model: m24,
+			// A second Air would make the slowest stage 0.054 → 0.036 s
+			// per step, but the round time 2 × 0.054 → 3 × 0.036: no gain.
+			workers: []Worker{bw("air2", 16, 100), bw("max", 20, 546), bw("air1", 16, 100)},
+			want:    "air1:[0,5) max:[5,24)",
+		},
+		{
+			name:  "the fastest pair, not the largest",
+			model: uniform(20, gib, gib/2, gib/2, 0),
+			// The box and one Mac would hold it too (memory rule), at
+			// 9.5 GiB / 50 GB/s per step instead of 10.5 GiB / 400 GB/s.
+			workers: []Worker{bw("box", 20, 50), bw("m1", 12, 400), bw("m2", 12, 400)},
+			want:    "m1:[0,10) m2:[10,20)",
+		},
+		{
+			name:  "one more stage when it cuts the round time by 20%",
+			model: uniform(15, gib, gib/2, gib/2, 0),
+			// Two stages: max + a, a holding 4 layers at 100 GB/s (0.043 s,
+			// round 0.086); three: a and b two layers each, max the rest
+			// (0.023 s, round 0.068).
+			workers: []Worker{bw("max", 12, 546), bw("a", 10, 100), bw("b", 3, 100), bw("c", 7, 50)},
+			want:    "b:[0,2) a:[2,4) max:[4,15)",
+		},
+		{
+			name:  "equal bandwidth balances bytes, not memory shares",
+			model: uniform(20, gib, gib, gib, 0),
+			// Memory rule: studio:[0,12) pro:[12,20). Same speed: the same
+			// bytes per stage (the head counts on the last).
+			workers: []Worker{bw("studio", 16, 200), bw("pro", 12, 200)},
+			want:    "pro:[0,10) studio:[10,20)",
+		},
+		{
+			name:    "one unknown bandwidth: the memory rule for all",
+			model:   m24,
+			workers: []Worker{bw("air", 20, 100), bw("max", 20, 0)},
+			want:    "air:[0,12) max:[12,24)",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Place(tc.model, Budget{}, tc.workers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan(got) != tc.want {
+				t.Errorf("got %s, want %s", plan(got), tc.want)
+			}
+			checkPlan(t, tc.model, got)
+			// Deterministic: the order of the candidates does not matter.
+			rev := slices.Clone(tc.workers)
+			slices.Reverse(rev)
+			if again, err := Place(tc.model, Budget{}, rev); err != nil || plan(again) != plan(got) {
+				t.Errorf("reversed candidates: got %s, %v; want %s", plan(again), err, plan(got))
+			}
 		})
 	}
 }

@@ -50,6 +50,7 @@ type embedItem struct {
 	tokens []int
 	done   int // tokens already in cache
 	cache  *engine.Cache
+	id     uint64 // its sequence id on a pipeline's stages (0: none yet)
 }
 
 // embed answers an embedding job: one or more events with Embeddings, then
@@ -107,6 +108,7 @@ func (e *Runner) embed(ctx context.Context, j *job.Job, emit func(*job.Event) er
 		for _, it := range items {
 			if it.cache != nil {
 				it.cache.Free()
+				e.embedForget(it)
 			}
 		}
 	}()
@@ -141,7 +143,7 @@ func (e *Runner) embed(ctx context.Context, j *job.Job, emit func(*job.Event) er
 			seqs = append(seqs, engine.Seq{Cache: it.cache, Tokens: it.tokens[it.done : it.done+take]})
 			budget -= take
 		}
-		out, err := e.model.Embed(ctx, seqs)
+		out, err := e.embedPass(ctx, batch, seqs)
 		if err != nil {
 			return fmt.Errorf("embed: %w", err)
 		}
@@ -155,6 +157,7 @@ func (e *Runner) embed(ctx context.Context, j *job.Job, emit func(*job.Event) er
 			}
 			it.cache.Free()
 			it.cache = nil
+			e.embedForget(it)
 			if values+dims > maxVectorValuesPerEvent && len(vecs) > 0 {
 				if err := emit(&job.Event{Embeddings: vecs}); err != nil {
 					return err
@@ -178,6 +181,45 @@ func (e *Runner) embed(ctx context.Context, j *job.Job, emit func(*job.Event) er
 		pending = rest
 	}
 	return emit(&job.Event{Usage: &openai.Usage{PromptTokens: promptTokens, TotalTokens: promptTokens}})
+}
+
+// embedPass runs one embedding pass over seqs (the caches of batch's
+// items): on the model, or on a pipelined model (Config.Forward: the
+// runner's model is the first stage) down the stages as a pass of
+// PassSeq.Embed sequences, whose last stage returns the final-normed
+// hidden states (engine.Model.EmbedStage) — the whole model's vectors bit
+// for bit.
+func (e *Runner) embedPass(ctx context.Context, batch []*embedItem, seqs []engine.Seq) ([][]float32, error) {
+	if e.cfg.Forward == nil {
+		return e.model.Embed(ctx, seqs)
+	}
+	pass := make([]PassSeq, len(seqs))
+	for i, it := range batch {
+		if it.id == 0 {
+			it.id = e.seqIDs.Add(1)
+		}
+		pass[i] = PassSeq{Seq: seqs[i], ID: it.id, Embed: true}
+	}
+	rows, _, err := e.cfg.Forward.Forward(ctx, pass)
+	if err != nil {
+		return nil, err
+	}
+	H := e.model.HiddenSize()
+	for i, r := range rows {
+		if len(r) < H {
+			return nil, fmt.Errorf("pipeline returned %d values for input %d, want the hidden size %d", len(r), batch[i].index, H)
+		}
+		rows[i] = r[:H:H]
+	}
+	return rows, nil
+}
+
+// embedForget frees an item's caches on a pipeline's other stages.
+func (e *Runner) embedForget(it *embedItem) {
+	if e.cfg.Forward != nil && it.id != 0 {
+		e.cfg.Forward.Forget(it.id)
+		it.id = 0
+	}
 }
 
 // poolVector keeps the first dims values of the last token's hidden state

@@ -44,6 +44,11 @@ type PassSeq struct {
 	// Snapshot: the runner saves the sequence's recurrent state after this
 	// pass (engine.Cache.SaveSnapshot); the other stages do the same.
 	Snapshot bool
+	// Embed: an embedding pass (embed.go): Forward returns, in place of the
+	// logits, a row whose first HiddenSize values are the final-normed
+	// hidden state of the sequence's last token (engine.Model.EmbedStage on
+	// the last stage). Only for a Forwarder over pipeline stages.
+	Embed bool
 }
 
 // localForward is the runner's own model as a Forwarder.

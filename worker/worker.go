@@ -94,8 +94,20 @@ type Config struct {
 	// stage of a pipelined model (stages.go); an unspecified host is
 	// replaced by the gossip host. "": it takes no stages.
 	Pipeline string
-	Logger   *slog.Logger
+	// MemoryBandwidth is the memory bandwidth in MB/s gossiped for
+	// pipeline placement (Meta.BandwidthMBs): > 0 this figure; 0 the
+	// chip's published one (a Mac, cluster.DetectHardware), else, on a
+	// worker that takes stages (Pipeline set), measured by a short probe in
+	// New (cluster.MeasureBandwidth, ~150 ms); < 0 no probe (a known Mac's
+	// figure still counts, else unknown). The default is -1, so tests
+	// start fast; the binary's -memory-bandwidth is 0.
+	MemoryBandwidth int64
+	Logger          *slog.Logger
 }
+
+// bandwidthProbe is the time the bandwidth probe may take
+// (Config.MemoryBandwidth 0); a variable for tests on a loaded machine.
+var bandwidthProbe = 150 * time.Millisecond
 
 // DefaultConfig returns a worker configuration with one slot.
 func DefaultConfig() Config {
@@ -106,6 +118,8 @@ func DefaultConfig() Config {
 		MetaInterval: 500 * time.Millisecond,
 		PingInterval: time.Second,
 		DrainTimeout: 60 * time.Second,
+		// No probe: tests start fast (the binary measures).
+		MemoryBandwidth: -1,
 	}
 }
 
@@ -179,6 +193,16 @@ func New(cfg Config) (*Worker, error) {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	hw := cluster.DetectHardware()
+	switch {
+	case cfg.MemoryBandwidth > 0:
+		hw.BandwidthMBs = cfg.MemoryBandwidth
+	case cfg.MemoryBandwidth == 0 && hw.BandwidthMBs == 0 && hw.GPUCores == 0 && cfg.Pipeline != "":
+		// A worker that can take stages, not a Mac of the table (an Apple
+		// GPU of an unknown chip stays unknown: the CPU reaches only part
+		// of its bandwidth).
+		hw.BandwidthMBs = cluster.MeasureBandwidth(bandwidthProbe)
+		logger.Info("measured memory bandwidth", "component", "worker", "node", cfg.Name, "mb_per_s", hw.BandwidthMBs)
+	}
 	w := &Worker{
 		cfg:     cfg,
 		log:     logger.With("component", "worker", "node", cfg.Name),
@@ -198,6 +222,7 @@ func New(cfg Config) (*Worker, error) {
 	if mb := cfg.MemoryLimit >> 20; cfg.MemoryLimit > 0 && (w.meta.MemoryMB == 0 || w.meta.MemoryMB > mb) {
 		w.meta.MemoryMB = max(mb, 1)
 	}
+	w.meta.BandwidthMBs = hw.BandwidthMBs
 	for i := 0; i < cfg.Slots; i++ {
 		w.sem <- struct{}{}
 	}

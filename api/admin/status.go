@@ -23,6 +23,10 @@ type NodeStatus struct {
 	// recommended working set.
 	GPUCores     int   `json:"gpu_cores,omitempty"`
 	GPUWorkingMB int64 `json:"gpu_working_set_mb,omitempty"`
+	// BandwidthMBs is the memory bandwidth a worker gossips for pipeline
+	// placement, MB/s (a Mac's published figure or a measured one; 0:
+	// unknown).
+	BandwidthMBs int64 `json:"memory_bandwidth_mb_s,omitempty"`
 
 	// Worker KV cache from its prefix summaries: blocks in
 	// the pool and blocks free or evictable now; 0 if not reported.

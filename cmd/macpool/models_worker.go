@@ -23,11 +23,13 @@ type placedFlags struct {
 	listen   string
 	dir      string
 	memLimit runner.Bytes
+	bwMBs    int64 // -memory-bandwidth
 }
 
 func (f *placedFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.listen, "model-store", "0.0.0.0:0", `listen address of the model store that shares this worker's models with its peers (port 0: any); "off": serve only -model, take no placed models`)
 	fs.StringVar(&f.dir, "models-dir", "", "folder for models pulled from peers (default: DATA-DIR/models)")
+	fs.Int64Var(&f.bwMBs, "memory-bandwidth", 0, "memory bandwidth in MB/s for pipeline placement (0: the Mac chip's published figure, else a ~150 ms probe at start; -1: unknown)")
 	fs.Var(&f.memLimit, "memory-limit", "most memory placed models may use, e.g. 8GiB (gossiped: placement splits a model that fits no worker over several as a pipeline)")
 }
 
@@ -67,7 +69,7 @@ func (f *placedFlags) apply(cfg *worker.Config, cf *clusterFlags, wf *workerFlag
 		}
 	}
 	pc.Resolve = hub.Resolver(os.Getenv, stderr)
-	cfg.Placed = &pc
+	cfg.Placed, cfg.MemoryBandwidth = &pc, f.bwMBs
 	lc := loader.Config{Name: cfg.Name, Settings: wf.settings(), MemoryLimit: int64(f.memLimit), Logger: logger}
 	if host, _, err := net.SplitHostPort(cf.gossip); err == nil && cfg.Secret != nil && wf.backend != "test" {
 		lc.Pipeline = net.JoinHostPort(host, "0") // the stage connections need the cluster's TLS

@@ -35,6 +35,23 @@ func (m *Dense) ForwardStage(bt *engine.Batch, in engine.Tensor) (engine.Tensor,
 	return logits, nil
 }
 
+// ForwardStageHidden is ForwardStage on the last stage stopping at the
+// final norm (engine.StageHiddenArch): the hidden states of the output
+// rows, as ForwardHidden computes them for a whole model.
+func (m *Dense) ForwardStageHidden(bt *engine.Batch, in engine.Tensor) (engine.Tensor, error) {
+	if m.Norm == nil {
+		return nil, fmt.Errorf("stage %v is not the last: it has no final norm", m.Stage)
+	}
+	x, err := m.layers(bt, in)
+	if err != nil {
+		return nil, err
+	}
+	if x != in {
+		defer m.be.Release(x)
+	}
+	return m.finalNorm(bt, x), nil
+}
+
 // HiddenSize is the width of ForwardHidden's rows and of a stage's hidden
 // states.
 func (m *Dense) HiddenSize() int { return m.Hidden }
@@ -43,7 +60,8 @@ func (m *Dense) HiddenSize() int { return m.Hidden }
 func (m *Dense) WeightBytes() int64 { return m.bytes }
 
 var (
-	_ engine.HiddenArch  = (*Dense)(nil)
-	_ engine.StageArch   = (*Dense)(nil)
-	_ engine.WeightSizer = (*Dense)(nil)
+	_ engine.HiddenArch      = (*Dense)(nil)
+	_ engine.StageArch       = (*Dense)(nil)
+	_ engine.StageHiddenArch = (*Dense)(nil)
+	_ engine.WeightSizer     = (*Dense)(nil)
 )

@@ -1,11 +1,14 @@
-package metal
+package mtl
 
 import "strings"
 
 // peakBandwidth is Apple's published unified-memory bandwidth (GB/s,
-// 10^9 bytes) per chip, keyed by the Metal device name without "Apple ".
-// Chips sold with two memory configurations are split by GPU core count:
-// byCores[cores] overrides gbs.
+// 10^9 bytes) per chip, keyed by the Metal device name (the same as the
+// sysctl machdep.cpu.brand_string) without "Apple ". Chips sold with two
+// memory configurations are split by GPU core count: byCores[cores]
+// overrides gbs. It is the one table: the Metal backend's prediction and
+// bench report a share of it, and the cluster gossips a Mac's figure for
+// bandwidth-aware pipeline placement (cluster.DetectHardware).
 var peakBandwidth = map[string]struct {
 	gbs     float64
 	byCores map[int]float64
@@ -26,6 +29,8 @@ var peakBandwidth = map[string]struct {
 	"M4 Pro":   {gbs: 273},
 	"M4 Max":   {gbs: 546, byCores: map[int]float64{32: 410}},
 	"M5":       {gbs: 153},
+	"M5 Pro":   {gbs: 307},
+	"M5 Max":   {gbs: 614},
 }
 
 // PeakBandwidth returns the memory-bandwidth limit (GB/s) of an Apple chip

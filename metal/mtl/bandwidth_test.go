@@ -1,4 +1,4 @@
-package metal
+package mtl
 
 import "testing"
 
@@ -17,6 +17,9 @@ func TestPeakBandwidth(t *testing.T) {
 		{"Apple M4 Max", 32, 410, true},
 		{"Apple M4 Max", 40, 546, true},
 		{"Apple M5", 10, 153, true},
+		{"Apple M5 Pro", 20, 307, true},
+		{"Apple M5 Max", 40, 614, true},
+		{" Apple M2 Ultra ", 76, 800, true},
 		{"Apple M9 Hyper", 80, 0, false},
 		{"metal-emulated", 0, 0, false},
 		{"", 0, 0, false},
