@@ -37,7 +37,9 @@ func benchEnv(name string, def int) int {
 // cores would. PIPELINE_BENCH_PERSTAGE=1 gives every stage all of them
 // instead, so that the difference to one stage is the hops' overhead.
 // PIPELINE_BENCH_SHAPE (default tiny), _LAYERS (0: all), _QUANT (q8_0),
-// _PROMPT (32) and _GEN (32) pick the model and the requests. Run with
+// _PROMPT (32) and _GEN (32) pick the model and the requests;
+// _STAGES (1,2,3) and _STREAMS (1,8) the runs; _LANES the Head's
+// scheduler lanes (0: the default). Run with
 // -benchtime 1x (each iteration is a whole run).
 func BenchmarkPipelineDecode(b *testing.B) {
 	shape := os.Getenv("PIPELINE_BENCH_SHAPE")
@@ -62,7 +64,8 @@ func BenchmarkPipelineDecode(b *testing.B) {
 	}
 	n := src.Config().NumHiddenLayers
 	secret := newSecret(b)
-	for _, stages := range []int{1, 2, 3} {
+	lanes := benchEnv("PIPELINE_BENCH_LANES", 0)
+	for _, stages := range benchList("PIPELINE_BENCH_STAGES", []int{1, 2, 3}) {
 		if stages > n {
 			continue
 		}
@@ -74,6 +77,7 @@ func BenchmarkPipelineDecode(b *testing.B) {
 		// big synthetic model takes a while).
 		rc := runner.DefaultConfig()
 		rc.ModelDir, rc.TokensOnly, rc.AllowNoEOS, rc.MaxContext = b.TempDir(), true, true, promptLen+gen+64
+		rc.Lanes = lanes
 		var eng resumer
 		var closers []func()
 		var members []*Member
@@ -97,14 +101,14 @@ func BenchmarkPipelineDecode(b *testing.B) {
 			tp := benchPipeline(b, secret, src, stages, t, rc)
 			eng, members = tp.head, tp.members
 		}
-		for _, streams := range []int{1, 8} {
+		for _, streams := range benchList("PIPELINE_BENCH_STREAMS", []int{1, 8}) {
 			b.Run(fmt.Sprintf("stages=%d/streams=%d", stages, streams), func(b *testing.B) {
 				V := src.Config().VocabSize
 				benchRun(b, eng, streams, promptLen, gen, V, -1) // warm up
 				var ttft, decode float64
-				before := make([]time.Duration, len(members))
+				before := make([]MemberStats, len(members))
 				for i, m := range members {
-					before[i] = m.Stats().Compute
+					before[i] = m.Stats()
 				}
 				t0 := time.Now()
 				b.ResetTimer()
@@ -120,7 +124,11 @@ func BenchmarkPipelineDecode(b *testing.B) {
 				// How busy each stage was: its compute time over the wall time.
 				wall := time.Since(t0)
 				for i, m := range members {
-					b.ReportMetric(100*float64(m.Stats().Compute-before[i])/float64(wall), fmt.Sprintf("%%busy_s%d", i))
+					st := m.Stats()
+					b.ReportMetric(100*float64(st.Compute-before[i].Compute)/float64(wall), fmt.Sprintf("%%busy_s%d", i))
+					if p := st.Passes - before[i].Passes; p > 0 {
+						b.ReportMetric((st.Compute-before[i].Compute).Seconds()*1e3/float64(p), fmt.Sprintf("ms/pass_s%d", i))
+					}
 				}
 			})
 		}
