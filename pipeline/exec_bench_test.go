@@ -39,7 +39,8 @@ func benchEnv(name string, def int) int {
 // PIPELINE_BENCH_SHAPE (default tiny), _LAYERS (0: all), _QUANT (q8_0),
 // _PROMPT (32) and _GEN (32) pick the model and the requests;
 // _STAGES (1,2,3) and _STREAMS (1,8) the runs; _LANES the Head's
-// scheduler lanes (0: the default). Run with
+// scheduler lanes (0: the default), _GROUPS the micro-batches per ring
+// turn (MemberConfig.Groups; 0: measured). Run with
 // -benchtime 1x (each iteration is a whole run).
 func BenchmarkPipelineDecode(b *testing.B) {
 	shape := os.Getenv("PIPELINE_BENCH_SHAPE")
@@ -65,6 +66,7 @@ func BenchmarkPipelineDecode(b *testing.B) {
 	n := src.Config().NumHiddenLayers
 	secret := newSecret(b)
 	lanes := benchEnv("PIPELINE_BENCH_LANES", 0)
+	groups := benchEnv("PIPELINE_BENCH_GROUPS", 0)
 	for _, stages := range benchList("PIPELINE_BENCH_STAGES", []int{1, 2, 3}) {
 		if stages > n {
 			continue
@@ -81,6 +83,7 @@ func BenchmarkPipelineDecode(b *testing.B) {
 		var eng resumer
 		var closers []func()
 		var members []*Member
+		var head *Head
 		if stages == 1 {
 			be, err := engine.NewBackend(engine.Options{Threads: t, KVF16: true})
 			if err != nil {
@@ -98,14 +101,18 @@ func BenchmarkPipelineDecode(b *testing.B) {
 			closers = append(closers, func() { r.Close(); m.Close(); be.Close() })
 			eng = r
 		} else {
-			tp := benchPipeline(b, secret, src, stages, t, rc)
-			eng, members = tp.head, tp.members
+			tp := benchPipeline(b, secret, src, stages, t, rc, groups)
+			eng, members, head = tp.head, tp.members, tp.head
 		}
 		for _, streams := range benchList("PIPELINE_BENCH_STREAMS", []int{1, 8}) {
 			b.Run(fmt.Sprintf("stages=%d/streams=%d", stages, streams), func(b *testing.B) {
 				V := src.Config().VocabSize
 				benchRun(b, eng, streams, promptLen, gen, V, -1) // warm up
 				var ttft, decode float64
+				var g0, m0 uint64
+				if head != nil {
+					g0, m0 = head.groups.Load(), head.merged.Load()
+				}
 				before := make([]MemberStats, len(members))
 				for i, m := range members {
 					before[i] = m.Stats()
@@ -121,6 +128,14 @@ func BenchmarkPipelineDecode(b *testing.B) {
 				b.ReportMetric(ttft/float64(b.N)*1e3, "ttft_ms")
 				b.ReportMetric(decode/float64(b.N), "decode_tok/s")
 				b.ReportMetric(float64(t), "threads/stage")
+				if head != nil {
+					// The schedule: groups per ring turn chosen at the end,
+					// and the share of passes that merged lanes.
+					b.ReportMetric(float64(head.shape.current()), "groups")
+					if g := head.groups.Load() - g0; g > 0 {
+						b.ReportMetric(100*float64(head.merged.Load()-m0)/float64(g), "%merged")
+					}
+				}
 				// How busy each stage was: its compute time over the wall time.
 				wall := time.Since(t0)
 				for i, m := range members {
@@ -141,7 +156,7 @@ func BenchmarkPipelineDecode(b *testing.B) {
 // benchPipeline builds the stages of src (contiguous layer ranges that
 // balance the bytes each stage reads per token: its layers, the last stage
 // also the head) each on a backend of threads cores, and joins them.
-func benchPipeline(b *testing.B, secret *cluster.Secret, src *synth.Model, stages, threads int, rc runner.Config) *testPipeline {
+func benchPipeline(b *testing.B, secret *cluster.Secret, src *synth.Model, stages, threads int, rc runner.Config, groups int) *testPipeline {
 	var models []*engine.Model
 	for _, st := range balancedStages(src, stages) {
 		be, err := engine.NewBackend(engine.Options{Threads: threads, KVF16: true})
@@ -156,7 +171,7 @@ func benchPipeline(b *testing.B, secret *cluster.Secret, src *synth.Model, stage
 		b.Cleanup(func() { m.Close() })
 		models = append(models, m)
 	}
-	return joinPipeline(b, secret, models, 1, rc, nil)
+	return joinPipeline(b, secret, models, 1, rc, func(_ int, mc *MemberConfig) { mc.Groups = groups })
 }
 
 // balancedStages splits src's layers into n contiguous stages minimising

@@ -31,14 +31,25 @@ type Head struct {
 	compute sync.Mutex // the first stage runs one pass at a time
 	batches atomic.Uint64
 
+	// The schedule (schedule.go): lanes' passes merged into groups.
+	gate    gate
+	shape   *shaper
+	maxRows int // rows a merged pass may have (Runner.MaxBatchTokens)
+	groups  atomic.Uint64
+	merged  atomic.Uint64 // groups of more than one lane's pass
+
 	mu      sync.Mutex
 	waiting map[uint64]chan *Frame
 	known   map[uint64]bool // sequences the other stages have heard of
 }
 
 func newHead(m *Member) (*Head, error) {
-	h := &Head{m: m, waiting: map[uint64]chan *Frame{}, known: map[uint64]bool{}}
+	h := &Head{m: m, waiting: map[uint64]chan *Frame{}, known: map[uint64]bool{}, shape: newShaper(m.cfg.Groups)}
 	cfg := m.cfg.Runner
+	h.maxRows = cfg.MaxBatchTokens
+	if h.maxRows <= 0 {
+		h.maxRows = runner.DefaultConfig().MaxBatchTokens
+	}
 	cfg.Model = m.cfg.Model
 	cfg.Forward = h
 	if cfg.Lanes == 0 {
@@ -163,11 +174,80 @@ func (h *Head) receive(in *Conn) error {
 }
 
 // Forward implements runner.Forwarder: the first stage's layers here, the
-// rest down the pipeline.
+// rest down the pipeline. The passes of several lanes may run merged, as
+// one (schedule.go).
 func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32, []int, error) {
 	if err := h.up(ctx); err != nil {
 		return nil, nil, err
 	}
+	c := &call{pass: pass, done: make(chan struct{})}
+	for _, p := range pass {
+		c.rows += len(p.Tokens)
+	}
+	lanes := h.r.ActiveLanes()
+	h.mu.Lock()
+	key := shapeKey{seqs: len(h.known), lanes: lanes}
+	h.mu.Unlock()
+	m := h.shape.groups(key)
+	g, leader := h.gate.join(c, h.maxRows, func(inflight int) int {
+		return max(1, min((lanes+m-1)/m, lanes-inflight))
+	})
+	if !leader {
+		<-c.done
+		return c.logits, c.toks, c.err
+	}
+	if g.want > 1 {
+		t := time.NewTimer(groupHold)
+		select {
+		case <-g.full:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	h.gate.start(g)
+	h.run(ctx, g)
+	h.gate.finish(g)
+	steps, decode := 0, true
+	for _, c := range g.calls {
+		steps += len(c.pass)
+		decode = decode && c.rows == len(c.pass)
+	}
+	h.shape.done(key, m, steps, decode, time.Now())
+	h.groups.Add(1)
+	if len(g.calls) > 1 {
+		h.merged.Add(1)
+	}
+	for _, o := range g.calls[1:] {
+		close(o.done)
+	}
+	return c.logits, c.toks, c.err
+}
+
+// run runs a group's passes as one pass and hands each call its share of
+// the result.
+func (h *Head) run(ctx context.Context, g *group) {
+	pass := g.calls[0].pass
+	if len(g.calls) > 1 {
+		pass = nil
+		for _, c := range g.calls {
+			pass = append(pass, c.pass...)
+		}
+	}
+	logits, toks, err := h.forward(ctx, pass)
+	off := 0
+	for _, c := range g.calls {
+		n := len(c.pass)
+		if err != nil {
+			c.err = err
+		} else {
+			c.logits, c.toks = logits[off:off+n:off+n], toks[off:off+n:off+n]
+		}
+		off += n
+	}
+}
+
+// forward runs one pass: the first stage here, the rest down the ring.
+func (h *Head) forward(ctx context.Context, pass []runner.PassSeq) ([][]float32, []int, error) {
 	seqs := make([]engine.Seq, len(pass))
 	f := &Frame{Kind: Data, Batch: h.batches.Add(1), Seqs: make([]Seq, len(pass)), Cols: h.m.cfg.Model.Config().HiddenSize}
 	var params samplerParams

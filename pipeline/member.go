@@ -31,6 +31,10 @@ type MemberConfig struct {
 	// (Model and Forward are set by Join); every stage takes its KV pool
 	// settings from it (KVBlockSize must be the same on every stage).
 	Runner runner.Config
+	// Groups, on stage 0, fixes the micro-batches per ring turn: the
+	// lanes' passes are merged into at most Groups passes (docs/engine.md,
+	// "Pipeline execution"). 0: chosen by measurement.
+	Groups int
 	Logger *slog.Logger
 }
 
@@ -41,6 +45,8 @@ func (c MemberConfig) Validate() error {
 		return errors.New("pipeline member: the stage's model is required")
 	case c.Self < 0 || c.Self >= len(c.Plan.Stages):
 		return fmt.Errorf("pipeline member: self %d is not a stage of the %d-stage plan", c.Self, len(c.Plan.Stages))
+	case c.Groups < 0:
+		return fmt.Errorf("pipeline member: groups %d must not be negative", c.Groups)
 	case len(c.Plan.Stages) < 2:
 		return fmt.Errorf("pipeline member: plan %s has %d stages; a pipeline has at least 2", c.Plan.Model, len(c.Plan.Stages))
 	}

@@ -51,6 +51,20 @@ func (e *Runner) newSeq(cache *engine.Cache, promptEnd int) *seq {
 	return &seq{cache: cache, res: make(chan stepResult, 1), promptEnd: promptEnd, id: e.seqIDs.Add(1), lane: l}
 }
 
+// ActiveLanes is the number of scheduler lanes with sequences now (a
+// pipeline Head merges the passes of that many lanes: package pipeline).
+func (e *Runner) ActiveLanes() int {
+	e.laneMu.Lock()
+	defer e.laneMu.Unlock()
+	n := 0
+	for _, l := range e.lanes {
+		if l.seqs > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // errClosed is returned to sequences still running when the Engine closes.
 var errClosed = errors.New("serve: engine closed")
 

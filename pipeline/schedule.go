@@ -1,0 +1,262 @@
+package pipeline
+
+import (
+	"sync"
+	"time"
+
+	"github.com/macpool/macpool/runner"
+)
+
+// The Head's schedule (docs/engine.md, "Pipeline execution"). The runner
+// has one scheduler lane per stage; each lane's pass is one micro-batch.
+// With L lanes running sequences, the Head runs their passes as m groups
+// per ring turn (1 ≤ m ≤ L): the passes of a group are merged into one
+// pass (one stage-0 pass, one data frame, one pass per later stage), so a
+// stage reads its weights m times per ring turn instead of L times.
+//
+//   - m = L: every lane's pass goes alone; L micro-batches are in flight,
+//     every stage busy. Right when the stages have their own memory
+//     bandwidth (separate Macs) and a pass's cost grows with its rows.
+//   - m = 1: all lanes' passes go as one; the stages take turns. Right
+//     when a pass costs the same for 1 or 8 rows (reading the weights) and
+//     the stages share one memory bus (stages on one host), where L
+//     micro-batches cost L weight reads of the same bus.
+//
+// Which one is faster depends on the machines, so the Head measures it:
+// for each load (sequences, lanes) it measures decode tokens per second
+// under each m (a window of decode-only passes, after a turn to settle),
+// then keeps the fastest, and probes another m every shapeProbe. A load
+// not measured yet starts with m = L (what a pipeline of separate
+// machines wants). MemberConfig.Groups fixes m instead.
+
+const (
+	// groupHold bounds how long a group's first pass waits for the other
+	// lanes' passes to join (their sequences come back within about a
+	// millisecond of the previous pass; a slow consumer must not hold the
+	// others longer).
+	groupHold = 4 * time.Millisecond
+	// shapeProbe is how often the schedule tries another m than the best
+	// one measured for the load (machines' load and speed change).
+	shapeProbe = 20 * time.Second
+	// shapeTurns is the ring turns (steps per sequence) a measuring
+	// window counts, after one turn to settle.
+	shapeTurns = 3
+)
+
+// call is one lane's pass waiting in, or run by, a group.
+type call struct {
+	pass   []runner.PassSeq
+	rows   int
+	logits [][]float32
+	toks   []int
+	err    error
+	done   chan struct{}
+}
+
+// group is the passes run as one.
+type group struct {
+	calls []*call
+	rows  int
+	want  int           // calls that complete it
+	full  chan struct{} // closed when complete (or no more calls may join)
+}
+
+// gate forms the groups.
+type gate struct {
+	mu       sync.Mutex
+	open     *group // the group taking calls, if any
+	inflight int    // calls of groups that started
+}
+
+// join adds c to the open group, or makes it the leader of a new one of
+// want(inflight) calls (inflight: the calls of groups in flight). The
+// leader runs the group.
+func (g *gate) join(c *call, maxRows int, want func(inflight int) int) (*group, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if o := g.open; o != nil {
+		if o.rows+c.rows <= maxRows {
+			o.calls = append(o.calls, c)
+			o.rows += c.rows
+			if len(o.calls) >= o.want {
+				close(o.full)
+				g.open = nil
+			}
+			return o, false
+		}
+		// Too big to merge: the open group starts now, c leads the next.
+		close(o.full)
+		g.open = nil
+	}
+	n := &group{calls: []*call{c}, rows: c.rows, want: want(g.inflight), full: make(chan struct{})}
+	if n.want > 1 {
+		g.open = n
+	} else {
+		close(n.full)
+	}
+	return n, true
+}
+
+// start closes gr to new calls (its leader stopped waiting) and counts
+// its calls in flight.
+func (g *gate) start(gr *group) {
+	g.mu.Lock()
+	if g.open == gr {
+		g.open = nil
+		close(gr.full)
+	}
+	g.inflight += len(gr.calls)
+	g.mu.Unlock()
+}
+
+func (g *gate) finish(gr *group) {
+	g.mu.Lock()
+	g.inflight -= len(gr.calls)
+	g.mu.Unlock()
+}
+
+// shapeKey is a load the schedule measures: sequences and busy lanes.
+type shapeKey struct{ seqs, lanes int }
+
+type shapeRate struct {
+	rate float64 // decode tokens per second
+	at   time.Time
+}
+
+// shaper chooses the number of groups per ring turn by measurement.
+type shaper struct {
+	mu    sync.Mutex
+	fixed int // > 0: always this many groups (at most the lanes)
+	now   func() time.Time
+
+	key   shapeKey
+	m     int
+	skip  int       // steps still to settle before the window
+	steps int       // steps counted in the window
+	t0    time.Time // the window's start (zero: not started)
+
+	rates     map[shapeKey]map[int]shapeRate
+	lastProbe map[shapeKey]time.Time
+	probe     map[shapeKey]int // round-robin probe position
+}
+
+func newShaper(fixed int) *shaper {
+	return &shaper{fixed: fixed, now: time.Now, rates: map[shapeKey]map[int]shapeRate{},
+		lastProbe: map[shapeKey]time.Time{}, probe: map[shapeKey]int{}}
+}
+
+// groups is the number of groups to form for the load k.
+func (s *shaper) groups(k shapeKey) int {
+	if k.lanes <= 1 {
+		return 1
+	}
+	if s.fixed > 0 {
+		return min(s.fixed, k.lanes)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k != s.key {
+		s.reset(k)
+	}
+	return s.m
+}
+
+// reset starts measuring load k with a newly chosen m.
+func (s *shaper) reset(k shapeKey) {
+	s.key = k
+	s.m = s.choose(k)
+	s.restart()
+}
+
+// restart starts a new window for the same load and m.
+func (s *shaper) restart() {
+	s.skip, s.steps, s.t0 = max(s.key.seqs, 1), 0, time.Time{}
+}
+
+// choose picks m for load k: one not measured yet (L first, then 1, then
+// the rest), a probe every shapeProbe, else the fastest measured.
+func (s *shaper) choose(k shapeKey) int {
+	rs := s.rates[k]
+	cands := []int{k.lanes}
+	for m := 1; m < k.lanes; m++ {
+		cands = append(cands, m)
+	}
+	best, bestRate := k.lanes, -1.0
+	for _, m := range cands {
+		r, ok := rs[m]
+		if !ok {
+			return m
+		}
+		if r.rate > bestRate {
+			best, bestRate = m, r.rate
+		}
+	}
+	now := s.now()
+	if last, ok := s.lastProbe[k]; !ok {
+		s.lastProbe[k] = now
+	} else if now.Sub(last) >= shapeProbe {
+		s.lastProbe[k] = now
+		for range cands {
+			p := cands[s.probe[k]%len(cands)]
+			s.probe[k]++
+			if p != best {
+				return p
+			}
+		}
+	}
+	return best
+}
+
+// done records a group's completion at time at: steps sequence steps
+// under load k, decode is whether every step was one token (windows count
+// decode only: a prompt's pass would be measured as a slow turn).
+func (s *shaper) done(k shapeKey, m, steps int, decode bool, at time.Time) {
+	if s.fixed > 0 || k.lanes <= 1 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case k != s.key:
+		s.reset(k)
+		return
+	case m != s.m:
+		return // formed before the last choice
+	case !decode:
+		s.restart()
+		return
+	}
+	if s.skip > 0 {
+		s.skip -= steps
+		if s.skip <= 0 {
+			s.t0 = at
+		}
+		return
+	}
+	s.steps += steps
+	if s.steps < shapeTurns*max(k.seqs, 1) || !at.After(s.t0) {
+		return
+	}
+	rate := float64(s.steps) / at.Sub(s.t0).Seconds()
+	rs := s.rates[k]
+	if rs == nil {
+		rs = map[int]shapeRate{}
+		s.rates[k] = rs
+	}
+	if old, ok := rs[m]; ok {
+		rate = (old.rate + rate) / 2
+	}
+	rs[m] = shapeRate{rate: rate, at: at}
+	s.m = s.choose(k)
+	s.restart()
+}
+
+// current is the m in use for the load being measured (0: none yet).
+func (s *shaper) current() int {
+	if s.fixed > 0 {
+		return s.fixed
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m
+}
