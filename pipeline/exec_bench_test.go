@@ -131,7 +131,12 @@ func BenchmarkPipelineDecode(b *testing.B) {
 				if head != nil {
 					// The schedule: groups per ring turn chosen at the end,
 					// and the share of passes that merged lanes.
-					b.ReportMetric(float64(head.shape.current()), "groups")
+					b.ReportMetric(float64(head.shape.best(shapeKey{seqs: streams, lanes: min(streams, stages)})), "groups")
+					head.shape.mu.Lock()
+					for k, rs := range head.shape.rates {
+						b.Logf("schedule: %d sequences on %d lanes: tok/s by groups %v", k.seqs, k.lanes, rs)
+					}
+					head.shape.mu.Unlock()
 					if g := head.groups.Load() - g0; g > 0 {
 						b.ReportMetric(100*float64(head.merged.Load()-m0)/float64(g), "%merged")
 					}

@@ -189,21 +189,12 @@ func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 	key := shapeKey{seqs: len(h.known), lanes: lanes}
 	h.mu.Unlock()
 	m := h.shape.groups(key)
-	g, leader := h.gate.join(c, h.maxRows, func(inflight int) int {
-		return max(1, min((lanes+m-1)/m, lanes-inflight))
-	})
+	g, leader := h.gate.join(c, h.maxRows, max(1, (lanes+m-1)/m))
 	if !leader {
 		<-c.done
 		return c.logits, c.toks, c.err
 	}
-	if g.want > 1 {
-		t := time.NewTimer(groupHold)
-		select {
-		case <-g.full:
-		case <-t.C:
-		}
-		t.Stop()
-	}
+	h.gate.wait(g, m, lanes, groupHold)
 	h.gate.start(g)
 	h.run(ctx, g)
 	h.gate.finish(g)

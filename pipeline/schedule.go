@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -21,6 +22,10 @@ import (
 //     when a pass costs the same for 1 or 8 rows (reading the weights) and
 //     the stages share one memory bus (stages on one host), where L
 //     micro-batches cost L weight reads of the same bus.
+//
+// Groups form at the Head's gate: at most m in flight, each of up to
+// ⌈L/m⌉ lanes' passes; a lane whose pass would make an (m+1)-th group
+// waits for a group to come back and goes with its lanes.
 //
 // Which one is faster depends on the machines, so the Head measures it:
 // for each load (sequences, lanes) it measures decode tokens per second
@@ -61,17 +66,21 @@ type group struct {
 	full  chan struct{} // closed when complete (or no more calls may join)
 }
 
-// gate forms the groups.
+// gate forms the groups: at most m in flight, each of up to ⌈L/m⌉ lanes'
+// passes. A group's first call (its leader) waits while m groups are in
+// flight (the lanes that return from them join it), then up to groupHold
+// for lanes that are not in flight and have not joined.
 type gate struct {
 	mu       sync.Mutex
-	open     *group // the group taking calls, if any
-	inflight int    // calls of groups that started
+	open     *group        // the group taking calls, if any
+	inflight int           // calls of groups that started
+	flying   int           // groups that started
+	changed  chan struct{} // closed and replaced when a group finishes
 }
 
 // join adds c to the open group, or makes it the leader of a new one of
-// want(inflight) calls (inflight: the calls of groups in flight). The
-// leader runs the group.
-func (g *gate) join(c *call, maxRows int, want func(inflight int) int) (*group, bool) {
+// want calls. The leader runs the group (wait, start, finish).
+func (g *gate) join(c *call, maxRows, want int) (*group, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if o := g.open; o != nil {
@@ -84,12 +93,12 @@ func (g *gate) join(c *call, maxRows int, want func(inflight int) int) (*group, 
 			}
 			return o, false
 		}
-		// Too big to merge: the open group starts now, c leads the next.
+		// Too big to merge: the open group takes no more, c leads the next.
 		close(o.full)
 		g.open = nil
 	}
-	n := &group{calls: []*call{c}, rows: c.rows, want: want(g.inflight), full: make(chan struct{})}
-	if n.want > 1 {
+	n := &group{calls: []*call{c}, rows: c.rows, want: want, full: make(chan struct{})}
+	if want > 1 {
 		g.open = n
 	} else {
 		close(n.full)
@@ -97,8 +106,37 @@ func (g *gate) join(c *call, maxRows int, want func(inflight int) int) (*group, 
 	return n, true
 }
 
-// start closes gr to new calls (its leader stopped waiting) and counts
-// its calls in flight.
+// wait is the leader's wait before gr starts: while m groups are in
+// flight, then up to hold for lanes (of lanes) neither in flight nor in gr.
+func (g *gate) wait(gr *group, m, lanes int, hold time.Duration) {
+	g.mu.Lock()
+	for g.flying >= m {
+		if g.changed == nil {
+			g.changed = make(chan struct{})
+		}
+		ch := g.changed
+		g.mu.Unlock()
+		<-ch
+		g.mu.Lock()
+	}
+	free := lanes - g.inflight - len(gr.calls)
+	g.mu.Unlock()
+	select {
+	case <-gr.full:
+		return
+	default:
+	}
+	if free > 0 {
+		t := time.NewTimer(hold)
+		select {
+		case <-gr.full:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// start closes gr to new calls and counts it in flight.
 func (g *gate) start(gr *group) {
 	g.mu.Lock()
 	if g.open == gr {
@@ -106,12 +144,19 @@ func (g *gate) start(gr *group) {
 		close(gr.full)
 	}
 	g.inflight += len(gr.calls)
+	g.flying++
 	g.mu.Unlock()
 }
 
+// finish says gr's pass is done.
 func (g *gate) finish(gr *group) {
 	g.mu.Lock()
 	g.inflight -= len(gr.calls)
+	g.flying--
+	if g.changed != nil {
+		close(g.changed)
+		g.changed = nil
+	}
 	g.mu.Unlock()
 }
 
@@ -122,6 +167,8 @@ type shapeRate struct {
 	rate float64 // decode tokens per second
 	at   time.Time
 }
+
+func (r shapeRate) String() string { return fmt.Sprintf("%.1f", r.rate) }
 
 // shaper chooses the number of groups per ring turn by measurement.
 type shaper struct {
@@ -251,12 +298,19 @@ func (s *shaper) done(k shapeKey, m, steps int, decode bool, at time.Time) {
 	s.restart()
 }
 
-// current is the m in use for the load being measured (0: none yet).
-func (s *shaper) current() int {
+// best is the number of groups for load k: the fixed one, else the
+// fastest measured (0: none measured).
+func (s *shaper) best(k shapeKey) int {
 	if s.fixed > 0 {
-		return s.fixed
+		return min(s.fixed, k.lanes)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.m
+	best, rate := 0, 0.0
+	for m, r := range s.rates[k] {
+		if r.rate > rate {
+			best, rate = m, r.rate
+		}
+	}
+	return best
 }

@@ -125,16 +125,17 @@ func TestShaperLoadsAndPrompts(t *testing.T) {
 }
 
 // TestGateGroups: calls join the open group until it has the calls it
-// wants; one that would make it too big starts it and leads the next.
+// wants; one that would make it too big closes it and leads the next; a
+// leader waits while m groups are in flight, then for lanes that could
+// still join (at most the hold), not for lanes in flight.
 func TestGateGroups(t *testing.T) {
 	var g gate
-	want3 := func(int) int { return 3 }
-	a, b, c, d := &call{rows: 1}, &call{rows: 1}, &call{rows: 1}, &call{rows: 10}
-	ga, lead := g.join(a, 8, want3)
+	a, b, c, d := &call{rows: 1}, &call{rows: 1}, &call{rows: 1}, &call{rows: 1}
+	ga, lead := g.join(a, 8, 3)
 	if !lead {
 		t.Fatal("the first call does not lead")
 	}
-	if gb, lead := g.join(b, 8, want3); lead || gb != ga {
+	if gb, lead := g.join(b, 8, 3); lead || gb != ga {
 		t.Fatal("the second call does not join the open group")
 	}
 	select {
@@ -142,33 +143,59 @@ func TestGateGroups(t *testing.T) {
 		t.Fatal("group full at 2 of 3")
 	default:
 	}
-	g.join(c, 8, want3)
+	g.join(c, 8, 3)
 	select {
 	case <-ga.full:
 	default:
 		t.Fatal("group not full at 3 of 3")
 	}
+	g.wait(ga, 1, 3, time.Hour) // full, nothing in flight: no wait
 	g.start(ga)
-	if g.inflight != 3 {
-		t.Errorf("in flight %d, want 3", g.inflight)
+	if g.inflight != 3 || g.flying != 1 {
+		t.Errorf("in flight %d calls, %d groups; want 3, 1", g.inflight, g.flying)
 	}
-	// With 3 in flight of 4 lanes only one can come: a group of one.
-	gd, lead := g.join(d, 8, func(inflight int) int { return max(1, min(2, 4-inflight)) })
-	if !lead || gd.want != 1 || g.open != nil {
-		t.Errorf("lead %v want %d open %v: want a group of one, not open", lead, gd.want, g.open)
+	// m = 1 and a group in flight: d's group waits until it is back.
+	gd, _ := g.join(d, 8, 4)
+	waited := make(chan struct{})
+	go func() {
+		g.wait(gd, 1, 4, time.Millisecond)
+		close(waited)
+	}()
+	select {
+	case <-waited:
+		t.Fatal("a second group started with one in flight and m = 1")
+	case <-time.After(20 * time.Millisecond):
 	}
 	g.finish(ga)
-	// Too big to merge: the open group starts, the call leads the next.
-	e, f := &call{rows: 5}, &call{rows: 5}
-	ge, _ := g.join(e, 8, want3)
-	gf, lead := g.join(f, 8, want3)
-	if !lead || gf == ge {
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the group did not start once the one in flight was back")
+	}
+	g.start(gd)
+	// m = 2: a group may start beside one in flight, and does not wait
+	// for lanes in flight (4 lanes: d in flight, e here, 2 free → hold).
+	e := &call{rows: 1}
+	ge, _ := g.join(e, 8, 2)
+	t0 := time.Now()
+	g.wait(ge, 2, 2, time.Hour) // 2 lanes: d in flight, e: none free
+	if time.Since(t0) > time.Second {
+		t.Error("waited for a lane in flight")
+	}
+	g.start(ge)
+	g.finish(gd)
+	g.finish(ge)
+	// Too big to merge: the open group closes, the call leads the next.
+	f, h := &call{rows: 5}, &call{rows: 5}
+	gf, _ := g.join(f, 8, 3)
+	gh, lead := g.join(h, 8, 3)
+	if !lead || gh == gf {
 		t.Fatal("a call over maxRows joined the open group")
 	}
 	select {
-	case <-ge.full:
+	case <-gf.full:
 	default:
-		t.Error("the group it could not join was not started")
+		t.Error("the group it could not join still takes calls")
 	}
 }
 
