@@ -40,7 +40,8 @@ func benchEnv(name string, def int) int {
 // _PROMPT (32) and _GEN (32) pick the model and the requests;
 // _STAGES (1,2,3) and _STREAMS (1,8) the runs; _LANES the Head's
 // scheduler lanes (0: the default), _GROUPS the micro-batches per ring
-// turn (MemberConfig.Groups; 0: measured). Run with
+// turn (MemberConfig.Groups; 0: measured; a list runs each, e.g. 0,3,1),
+// _REPS the times each run is repeated (interleaved). Run with
 // -benchtime 1x (each iteration is a whole run).
 func BenchmarkPipelineDecode(b *testing.B) {
 	shape := os.Getenv("PIPELINE_BENCH_SHAPE")
@@ -66,7 +67,8 @@ func BenchmarkPipelineDecode(b *testing.B) {
 	n := src.Config().NumHiddenLayers
 	secret := newSecret(b)
 	lanes := benchEnv("PIPELINE_BENCH_LANES", 0)
-	groups := benchEnv("PIPELINE_BENCH_GROUPS", 0)
+	groupsList := benchList("PIPELINE_BENCH_GROUPS", []int{0})
+	reps := benchEnv("PIPELINE_BENCH_REPS", 1)
 	for _, stages := range benchList("PIPELINE_BENCH_STAGES", []int{1, 2, 3}) {
 		if stages > n {
 			continue
@@ -101,61 +103,85 @@ func BenchmarkPipelineDecode(b *testing.B) {
 			closers = append(closers, func() { r.Close(); m.Close(); be.Close() })
 			eng = r
 		} else {
-			tp := benchPipeline(b, secret, src, stages, t, rc, groups)
+			tp := benchPipeline(b, secret, src, stages, t, rc, 0)
 			eng, members, head = tp.head, tp.members, tp.head
 		}
-		for _, streams := range benchList("PIPELINE_BENCH_STREAMS", []int{1, 8}) {
-			b.Run(fmt.Sprintf("stages=%d/streams=%d", stages, streams), func(b *testing.B) {
-				V := src.Config().VocabSize
-				benchRun(b, eng, streams, promptLen, gen, V, -1) // warm up
-				var ttft, decode float64
-				var g0, m0 uint64
-				if head != nil {
-					g0, m0 = head.groups.Load(), head.merged.Load()
-				}
-				before := make([]MemberStats, len(members))
-				for i, m := range members {
-					before[i] = m.Stats()
-				}
-				t0 := time.Now()
-				b.ResetTimer()
-				for it := range b.N {
-					tt, dr := benchRun(b, eng, streams, promptLen, gen, V, it)
-					ttft += tt
-					decode += dr
-				}
-				b.StopTimer()
-				b.ReportMetric(ttft/float64(b.N)*1e3, "ttft_ms")
-				b.ReportMetric(decode/float64(b.N), "decode_tok/s")
-				b.ReportMetric(float64(t), "threads/stage")
-				if head != nil {
-					// The schedule: groups per ring turn chosen at the end,
-					// and the share of passes that merged lanes.
-					b.ReportMetric(float64(head.shape.best(shapeKey{seqs: streams, lanes: min(streams, stages)})), "groups")
-					head.shape.mu.Lock()
-					for k, rs := range head.shape.rates {
-						b.Logf("schedule: %d sequences on %d lanes: tok/s by groups %v", k.seqs, k.lanes, rs)
+		groupsRuns := groupsList
+		if head == nil {
+			groupsRuns = []int{0}
+		}
+		for rep := range reps {
+			for _, streams := range benchList("PIPELINE_BENCH_STREAMS", []int{1, 8}) {
+				for _, groups := range groupsRuns {
+					name := fmt.Sprintf("stages=%d/streams=%d", stages, streams)
+					if len(groupsList) > 1 || groups != 0 {
+						name += fmt.Sprintf("/groups=%d", groups)
 					}
-					head.shape.mu.Unlock()
-					if g := head.groups.Load() - g0; g > 0 {
-						b.ReportMetric(100*float64(head.merged.Load()-m0)/float64(g), "%merged")
+					if reps > 1 {
+						name += fmt.Sprintf("/rep=%d", rep)
 					}
-				}
-				// How busy each stage was: its compute time over the wall time.
-				wall := time.Since(t0)
-				for i, m := range members {
-					st := m.Stats()
-					b.ReportMetric(100*float64(st.Compute-before[i].Compute)/float64(wall), fmt.Sprintf("%%busy_s%d", i))
-					if p := st.Passes - before[i].Passes; p > 0 {
-						b.ReportMetric((st.Compute-before[i].Compute).Seconds()*1e3/float64(p), fmt.Sprintf("ms/pass_s%d", i))
+					if head != nil {
+						head.shape.fixed.Store(int64(groups))
 					}
+					benchDecode(b, name, eng, head, members, src, streams, stages, promptLen, gen, t)
 				}
-			})
+			}
 		}
 		for _, c := range closers {
 			c()
 		}
 	}
+}
+
+// benchDecode is one run of BenchmarkPipelineDecode: streams concurrent
+// streams on eng (a runner, or the Head head over members).
+func benchDecode(b *testing.B, name string, eng resumer, head *Head, members []*Member, src *synth.Model, streams, stages, promptLen, gen, t int) {
+	b.Run(name, func(b *testing.B) {
+		V := src.Config().VocabSize
+		benchRun(b, eng, streams, promptLen, gen, V, -1) // warm up
+		var ttft, decode float64
+		var g0, m0 uint64
+		if head != nil {
+			g0, m0 = head.groups.Load(), head.merged.Load()
+		}
+		before := make([]MemberStats, len(members))
+		for i, m := range members {
+			before[i] = m.Stats()
+		}
+		t0 := time.Now()
+		b.ResetTimer()
+		for it := range b.N {
+			tt, dr := benchRun(b, eng, streams, promptLen, gen, V, it)
+			ttft += tt
+			decode += dr
+		}
+		b.StopTimer()
+		b.ReportMetric(ttft/float64(b.N)*1e3, "ttft_ms")
+		b.ReportMetric(decode/float64(b.N), "decode_tok/s")
+		b.ReportMetric(float64(t), "threads/stage")
+		if head != nil {
+			// The schedule: groups per ring turn chosen at the end,
+			// and the share of passes that merged lanes.
+			b.ReportMetric(float64(head.shape.best(shapeKey{seqs: streams, lanes: min(streams, stages)})), "groups")
+			head.shape.mu.Lock()
+			for k, rs := range head.shape.rates {
+				b.Logf("schedule: %d sequences on %d lanes: tok/s by groups %v", k.seqs, k.lanes, rs)
+			}
+			head.shape.mu.Unlock()
+			if g := head.groups.Load() - g0; g > 0 {
+				b.ReportMetric(100*float64(head.merged.Load()-m0)/float64(g), "%merged")
+			}
+		}
+		// How busy each stage was: its compute time over the wall time.
+		wall := time.Since(t0)
+		for i, m := range members {
+			st := m.Stats()
+			b.ReportMetric(100*float64(st.Compute-before[i].Compute)/float64(wall), fmt.Sprintf("%%busy_s%d", i))
+			if p := st.Passes - before[i].Passes; p > 0 {
+				b.ReportMetric((st.Compute-before[i].Compute).Seconds()*1e3/float64(p), fmt.Sprintf("ms/pass_s%d", i))
+			}
+		}
+	})
 }
 
 // benchPipeline builds the stages of src (contiguous layer ranges that

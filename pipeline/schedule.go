@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/macpool/macpool/runner"
@@ -30,7 +31,8 @@ import (
 // Which one is faster depends on the machines, so the Head measures it:
 // for each load (sequences, lanes) it measures decode tokens per second
 // under each m (a window of decode-only passes, after a turn to settle),
-// then keeps the fastest, and probes another m every shapeProbe. A load
+// then keeps the fastest (fewer groups than lanes only when shapeMargin
+// faster), and probes another m every shapeProbe. A load
 // not measured yet starts with m = L (what a pipeline of separate
 // machines wants). MemberConfig.Groups fixes m instead.
 
@@ -46,6 +48,10 @@ const (
 	// shapeTurns is the ring turns (steps per sequence) a measuring
 	// window counts, after one turn to settle.
 	shapeTurns = 3
+	// shapeMargin is how much faster fewer groups than lanes must measure
+	// to be chosen: one group per lane is what separate machines want,
+	// and measurements on one host differ by a few percent between runs.
+	shapeMargin = 0.05
 )
 
 // call is one lane's pass waiting in, or run by, a group.
@@ -173,7 +179,7 @@ func (r shapeRate) String() string { return fmt.Sprintf("%.1f", r.rate) }
 // shaper chooses the number of groups per ring turn by measurement.
 type shaper struct {
 	mu    sync.Mutex
-	fixed int // > 0: always this many groups (at most the lanes)
+	fixed atomic.Int64 // > 0: always this many groups (at most the lanes)
 	now   func() time.Time
 
 	key   shapeKey
@@ -188,8 +194,10 @@ type shaper struct {
 }
 
 func newShaper(fixed int) *shaper {
-	return &shaper{fixed: fixed, now: time.Now, rates: map[shapeKey]map[int]shapeRate{},
+	s := &shaper{now: time.Now, rates: map[shapeKey]map[int]shapeRate{},
 		lastProbe: map[shapeKey]time.Time{}, probe: map[shapeKey]int{}}
+	s.fixed.Store(int64(fixed))
+	return s
 }
 
 // groups is the number of groups to form for the load k.
@@ -197,8 +205,8 @@ func (s *shaper) groups(k shapeKey) int {
 	if k.lanes <= 1 {
 		return 1
 	}
-	if s.fixed > 0 {
-		return min(s.fixed, k.lanes)
+	if f := int(s.fixed.Load()); f > 0 {
+		return min(f, k.lanes)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -228,16 +236,12 @@ func (s *shaper) choose(k shapeKey) int {
 	for m := 1; m < k.lanes; m++ {
 		cands = append(cands, m)
 	}
-	best, bestRate := k.lanes, -1.0
 	for _, m := range cands {
-		r, ok := rs[m]
-		if !ok {
+		if _, ok := rs[m]; !ok {
 			return m
 		}
-		if r.rate > bestRate {
-			best, bestRate = m, r.rate
-		}
 	}
+	best := s.fastest(k)
 	now := s.now()
 	if last, ok := s.lastProbe[k]; !ok {
 		s.lastProbe[k] = now
@@ -258,7 +262,7 @@ func (s *shaper) choose(k shapeKey) int {
 // under load k, decode is whether every step was one token (windows count
 // decode only: a prompt's pass would be measured as a slow turn).
 func (s *shaper) done(k shapeKey, m, steps int, decode bool, at time.Time) {
-	if s.fixed > 0 || k.lanes <= 1 {
+	if s.fixed.Load() > 0 || k.lanes <= 1 {
 		return
 	}
 	s.mu.Lock()
@@ -298,19 +302,29 @@ func (s *shaper) done(k shapeKey, m, steps int, decode bool, at time.Time) {
 	s.restart()
 }
 
-// best is the number of groups for load k: the fixed one, else the
-// fastest measured (0: none measured).
-func (s *shaper) best(k shapeKey) int {
-	if s.fixed > 0 {
-		return min(s.fixed, k.lanes)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	best, rate := 0, 0.0
-	for m, r := range s.rates[k] {
-		if r.rate > rate {
-			best, rate = m, r.rate
+// fastest is the fastest m measured for load k (one per lane unless
+// another is shapeMargin faster). s.mu is held.
+func (s *shaper) fastest(k shapeKey) int {
+	rs := s.rates[k]
+	best, bestRate := k.lanes, rs[k.lanes].rate*(1+shapeMargin)
+	for m := 1; m < k.lanes; m++ {
+		if r, ok := rs[m]; ok && r.rate > bestRate {
+			best, bestRate = m, r.rate
 		}
 	}
 	return best
+}
+
+// best is the number of groups for load k: the fixed one, else the
+// fastest measured (0: none measured).
+func (s *shaper) best(k shapeKey) int {
+	if f := int(s.fixed.Load()); f > 0 {
+		return min(f, k.lanes)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.rates[k]) == 0 {
+		return 0
+	}
+	return s.fastest(k)
 }

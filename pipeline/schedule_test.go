@@ -49,6 +49,7 @@ func TestShaperChoosesFastest(t *testing.T) {
 		{"shared bus: one group", 3, map[int]time.Duration{1: 60 * time.Millisecond, 2: 80 * time.Millisecond, 3: 90 * time.Millisecond}, 1},
 		{"in between", 3, map[int]time.Duration{1: 90 * time.Millisecond, 2: 70 * time.Millisecond, 3: 80 * time.Millisecond}, 2},
 		{"two lanes", 2, map[int]time.Duration{1: 50 * time.Millisecond, 2: 70 * time.Millisecond}, 1},
+		{"within the margin: one per lane", 2, map[int]time.Duration{1: 68 * time.Millisecond, 2: 70 * time.Millisecond}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &fakeClock{t: time.Unix(1000, 0)}
