@@ -41,6 +41,7 @@ func benchEnv(name string, def int) int {
 // _STAGES (1,2,3) and _STREAMS (1,8) the runs; _LANES the Head's
 // scheduler lanes (0: the default), _GROUPS the micro-batches per ring
 // turn (MemberConfig.Groups; 0: measured; a list runs each, e.g. 0,3,1),
+// _LOGPROBS=N sampled requests (temperature 0.8, seeded) with N top logprobs,
 // _REPS the times each run is repeated (interleaved). Run with
 // -benchtime 1x (each iteration is a whole run).
 func BenchmarkPipelineDecode(b *testing.B) {
@@ -267,6 +268,10 @@ func benchRun(b *testing.B, e resumer, streams, promptLen, gen, V, it int) (floa
 			defer wg.Done()
 			j := completion(randomTokens(1000*(it+1)+s+1, promptLen, V), gen, func(r *openai.CompletionRequest) {
 				r.Temperature, r.IgnoreEOS = ptrTo(0.0), true
+				if lp := benchEnv("PIPELINE_BENCH_LOGPROBS", -1); lp >= 0 {
+					// sampled with logprobs: the last stage's logprobs path
+					r.Temperature, r.Seed, r.Logprobs = ptrTo(0.8), ptrTo(int64(s+1)), ptrTo(lp)
+				}
 			})
 			t0 := time.Now()
 			var first time.Time

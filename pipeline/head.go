@@ -38,6 +38,8 @@ type Head struct {
 	groups  atomic.Uint64
 	merged  atomic.Uint64 // groups of more than one lane's pass
 
+	logitRows atomic.Uint64 // logits rows the last stage sent back
+
 	mu      sync.Mutex
 	waiting map[uint64]chan *Frame
 	known   map[uint64]bool // sequences the other stages have heard of
@@ -248,7 +250,11 @@ func (h *Head) forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 		f.Seqs[i] = Seq{ID: p.ID, Pos: p.Cache.Len(), PromptEnd: p.PromptEnd, AllLogits: p.AllLogits, Greedy: p.Greedy,
 			Sample: p.Sample != nil, Snapshot: p.Snapshot, Tokens: p.Tokens}
 		if p.Sample != nil {
-			params = append(params, *p.Sample)
+			sr := sampleReq{Params: *p.Sample}
+			if p.Choice != nil {
+				sr.Logprobs = ptr(len(p.Choice.Top))
+			}
+			params = append(params, sr)
 		}
 		f.Rows += len(p.Tokens)
 		h.known[p.ID] = true
@@ -286,6 +292,7 @@ func (h *Head) forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 		case s.Logits:
 			logits[i] = res.Hidden[row*res.Cols : (row+1)*res.Cols : (row+1)*res.Cols]
 			row++
+			h.logitRows.Add(1)
 			if pass[i].Greedy {
 				toks[i] = engine.Argmax(logits[i])
 			}
@@ -295,8 +302,13 @@ func (h *Head) forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 			return nil, nil, fmt.Errorf("pipeline %s: result for sequence %d has neither a token nor logits", h.m.key.model, s.ID)
 		}
 	}
+	if err := fillChoices(res.Payload, pass, toks); err != nil {
+		return nil, nil, fmt.Errorf("pipeline %s: %w", h.m.key.model, err)
+	}
 	return logits, toks, nil
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // Attach implements runner.Forwarder: the other stages attach what they
 // have of the prefix; the answer is what the last of them holds, which no

@@ -445,7 +445,7 @@ func (m *Member) attach(seqs map[uint64]*stageSeq, s *Seq) error {
 
 // samplerParams is a data frame's payload: the parameters of its sampled
 // sequences, in frame order.
-type samplerParams []sample.Params
+type samplerParams []sampleReq
 
 // forward runs a data frame through the stage: the next data frame, or on
 // the last stage the result for the head.
@@ -487,6 +487,7 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 	}
 	*res = Frame{Kind: Result, Batch: f.Batch, Seqs: res.Seqs[:0], Hidden: res.Hidden[:0]}
 	k := 0
+	var lps []wireChoice // logprobs.go
 	for i, s := range f.Seqs {
 		r := Seq{ID: s.ID}
 		switch {
@@ -494,15 +495,19 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 			if k >= len(params) {
 				return nil, fmt.Errorf("sequence %d: no sampler parameters", s.ID)
 			}
-			st := sts[i]
+			st, sp := sts[i], params[k]
 			if st.sampler == nil {
-				if st.sampler, err = sample.New(params[k]); err != nil {
+				if st.sampler, err = sample.New(sp.Params); err != nil {
 					return nil, err
 				}
 			}
 			k++
 			pe := min(s.PromptEnd, len(st.hist))
-			r.Tokens = []int{st.sampler.Sample(out.Logits[i], st.hist[:pe], st.hist[pe:])}
+			id := st.sampler.Sample(out.Logits[i], st.hist[:pe], st.hist[pe:])
+			r.Tokens = []int{id}
+			if sp.Logprobs != nil {
+				lps = append(lps, toWire(sample.Logprobs(out.Logits[i], id, *sp.Logprobs)))
+			}
 		case s.Greedy && out.Tokens[i] >= 0:
 			r.Tokens = []int{out.Tokens[i]}
 		default:
@@ -512,6 +517,11 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 			res.Rows++
 		}
 		res.Seqs = append(res.Seqs, r)
+	}
+	if len(lps) > 0 {
+		if res.Payload, err = json.Marshal(lps); err != nil {
+			return nil, fmt.Errorf("logprobs: %w", err)
+		}
 	}
 	return res, nil
 }
