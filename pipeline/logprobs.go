@@ -4,11 +4,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/macpool/macpool/engine/sample"
 	"github.com/macpool/macpool/runner"
 )
 
+// The last stage draws the tokens of a data frame's sampled sequences (and
+// their logprobs), each in its own goroutine: a draw over a vocabulary of
+// 150k costs milliseconds (a softmax, the filters; the logprobs another
+// log-softmax), and done one after the other for 8 sequences they held the
+// ring turn (the head's runner, which drew them before, draws in each
+// sequence's goroutine).
+//
 // A sampled step that reports logprobs (or scores a best_of candidate) is
 // drawn on the last stage like any sampled step, and the last stage
 // computes its logprobs there (sample.Logprobs of the raw logits: the
@@ -79,4 +87,59 @@ func fillChoices(payload []byte, pass []runner.PassSeq, toks []int) error {
 		}
 	}
 	return nil
+}
+
+// draw draws the next token of every sampled sequence of seqs (the stage's
+// sts, their sampler parameters params in order, logits their rows): drawn
+// is indexed like seqs, lps holds the logprobs of those that asked, in
+// order.
+func draw(seqs []Seq, sts []*stageSeq, params samplerParams, logits [][]float32) (drawn []int, lps []wireChoice, err error) {
+	drawn = make([]int, len(seqs))
+	top := make([]*int, len(seqs)) // the top-N of those that asked for logprobs
+	var jobs []int                 // the sampled sequences
+	k := 0
+	for i, s := range seqs {
+		if !s.Sample {
+			continue
+		}
+		if k >= len(params) {
+			return nil, nil, fmt.Errorf("sequence %d: no sampler parameters", s.ID)
+		}
+		st, sp := sts[i], params[k]
+		k++
+		if st.sampler == nil {
+			if st.sampler, err = sample.New(sp.Params); err != nil {
+				return nil, nil, err
+			}
+		}
+		jobs, top[i] = append(jobs, i), sp.Logprobs
+	}
+	choices := make([]sample.Choice, len(seqs))
+	one := func(i int) {
+		st := sts[i]
+		pe := min(seqs[i].PromptEnd, len(st.hist))
+		drawn[i] = st.sampler.Sample(logits[i], st.hist[:pe], st.hist[pe:])
+		if top[i] != nil {
+			choices[i] = sample.Logprobs(logits[i], drawn[i], *top[i])
+		}
+	}
+	if len(jobs) == 1 {
+		one(jobs[0])
+	} else {
+		var wg sync.WaitGroup
+		for _, i := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				one(i)
+			}()
+		}
+		wg.Wait()
+	}
+	for _, i := range jobs {
+		if top[i] != nil {
+			lps = append(lps, toWire(choices[i]))
+		}
+	}
+	return drawn, lps, nil
 }

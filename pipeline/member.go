@@ -486,28 +486,15 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 		return f, nil
 	}
 	*res = Frame{Kind: Result, Batch: f.Batch, Seqs: res.Seqs[:0], Hidden: res.Hidden[:0]}
-	k := 0
-	var lps []wireChoice // logprobs.go
+	drawn, lps, err := draw(f.Seqs, sts, params, out.Logits) // logprobs.go
+	if err != nil {
+		return nil, err
+	}
 	for i, s := range f.Seqs {
 		r := Seq{ID: s.ID}
 		switch {
 		case s.Sample:
-			if k >= len(params) {
-				return nil, fmt.Errorf("sequence %d: no sampler parameters", s.ID)
-			}
-			st, sp := sts[i], params[k]
-			if st.sampler == nil {
-				if st.sampler, err = sample.New(sp.Params); err != nil {
-					return nil, err
-				}
-			}
-			k++
-			pe := min(s.PromptEnd, len(st.hist))
-			id := st.sampler.Sample(out.Logits[i], st.hist[:pe], st.hist[pe:])
-			r.Tokens = []int{id}
-			if sp.Logprobs != nil {
-				lps = append(lps, toWire(sample.Logprobs(out.Logits[i], id, *sp.Logprobs)))
-			}
+			r.Tokens = []int{drawn[i]}
 		case s.Greedy && out.Tokens[i] >= 0:
 			r.Tokens = []int{out.Tokens[i]}
 		default:
