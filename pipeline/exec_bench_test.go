@@ -41,7 +41,9 @@ func benchEnv(name string, def int) int {
 // _STAGES (1,2,3) and _STREAMS (1,8) the runs; _LANES the Head's
 // scheduler lanes (0: the default), _GROUPS the micro-batches per ring
 // turn (MemberConfig.Groups; 0: measured; a list runs each, e.g. 0,3,1),
-// _LOGPROBS=N sampled requests (temperature 0.8, seeded) with N top logprobs,
+// _SAMPLED=1 sampled requests (temperature 0.8, seeded), _LOGPROBS=N the
+// same with N top logprobs, _SERIAL_DRAWS=1 the last stage's draws one
+// after the other,
 // _REPS the times each run is repeated (interleaved). Run with
 // -benchtime 1x (each iteration is a whole run).
 func BenchmarkPipelineDecode(b *testing.B) {
@@ -68,6 +70,8 @@ func BenchmarkPipelineDecode(b *testing.B) {
 	n := src.Config().NumHiddenLayers
 	secret := newSecret(b)
 	lanes := benchEnv("PIPELINE_BENCH_LANES", 0)
+	serialDraws = os.Getenv("PIPELINE_BENCH_SERIAL_DRAWS") == "1"
+	defer func() { serialDraws = false }()
 	groupsList := benchList("PIPELINE_BENCH_GROUPS", []int{0})
 	reps := benchEnv("PIPELINE_BENCH_REPS", 1)
 	for _, stages := range benchList("PIPELINE_BENCH_STAGES", []int{1, 2, 3}) {
@@ -268,6 +272,9 @@ func benchRun(b *testing.B, e resumer, streams, promptLen, gen, V, it int) (floa
 			defer wg.Done()
 			j := completion(randomTokens(1000*(it+1)+s+1, promptLen, V), gen, func(r *openai.CompletionRequest) {
 				r.Temperature, r.IgnoreEOS = ptrTo(0.0), true
+				if os.Getenv("PIPELINE_BENCH_SAMPLED") == "1" {
+					r.Temperature, r.Seed = ptrTo(0.8), ptrTo(int64(s+1))
+				}
 				if lp := benchEnv("PIPELINE_BENCH_LOGPROBS", -1); lp >= 0 {
 					// sampled with logprobs: the last stage's logprobs path
 					r.Temperature, r.Seed, r.Logprobs = ptrTo(0.8), ptrTo(int64(s+1)), ptrTo(lp)

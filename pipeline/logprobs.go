@@ -89,6 +89,10 @@ func fillChoices(payload []byte, pass []runner.PassSeq, toks []int) error {
 	return nil
 }
 
+// serialDraws makes draw run the draws one after the other (benchmarks
+// compare).
+var serialDraws = false
+
 // draw draws the next token of every sampled sequence of seqs (the stage's
 // sts, their sampler parameters params in order, logits their rows): drawn
 // is indexed like seqs, lps holds the logprobs of those that asked, in
@@ -123,8 +127,10 @@ func draw(seqs []Seq, sts []*stageSeq, params samplerParams, logits [][]float32)
 			choices[i] = sample.Logprobs(logits[i], drawn[i], *top[i])
 		}
 	}
-	if len(jobs) == 1 {
-		one(jobs[0])
+	if len(jobs) == 1 || serialDraws {
+		for _, i := range jobs {
+			one(i)
+		}
 	} else {
 		var wg sync.WaitGroup
 		for _, i := range jobs {
