@@ -56,6 +56,10 @@ type Meta struct {
 	// gives it at most this much, all of it usable (not a fraction of
 	// MemoryMB), and the worker loads nothing bigger.
 	MemLimit int64 `json:"ml,omitempty"`
+	// KVBytes is a worker's KV cache budget per model (--kv-bytes; 0:
+	// derived from its memory): pipeline placement reserves it beside each
+	// stage's weights here.
+	KVBytes int64 `json:"kv,omitempty"`
 	// Coordinator addresses.
 	NATS string `json:"u,omitempty"` // NATS client URL(s), comma separated
 	// Routes is the NATS cluster (route) URL of a coordinator whose embedded

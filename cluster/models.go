@@ -112,4 +112,9 @@ type ModelProgress struct {
 	// ("" for a whole model): "layers [F,L)" and the plan's epoch.
 	Stage string `json:"stage,omitempty"`
 	Epoch uint64 `json:"epoch,omitempty"`
+	// StageFailed (with State failed): this worker cannot run its stage of
+	// plan Epoch (the stage did not load, or its pipeline was lost and not
+	// re-connected). The leader re-places the model without this worker
+	// for a while, or removes its plan when no placement is left.
+	StageFailed bool `json:"stage_failed,omitempty"`
 }

@@ -80,6 +80,9 @@ type modelState struct {
 	// while their workers unload them.
 	removed map[string]time.Time
 	managed map[string]bool // managed models seen in the last placement round
+	// stageFails (leader) are the workers whose stage of a model failed,
+	// by model, since when (pipelines.go, stageFailures).
+	stageFails map[string]map[string]time.Time
 }
 
 // progressTTL: a report older than this is not shown (workers repeat

@@ -9,13 +9,21 @@ package coordinator
 //     gives the model to one seed worker "store only" (get the files,
 //     report the layout, load nothing).
 //   - The leader then computes a pipeline.Plan with pipeline.Place from the
-//     workers' room left after the whole models (a --memory-limit caps it)
-//     and stores it as Raft state (cmdSetPipeline); every change gets a new
+//     workers' room left after the whole models (a --memory-limit caps it;
+//     each stage needs its weights ×1.1 plus its worker's KV budget: the
+//     worker's --kv-bytes, gossiped, else the placement's KVBudget) and
+//     stores it as Raft state (cmdSetPipeline); every change gets a new
 //     Epoch (assigned by Apply, so it only grows). A plan is kept while its
 //     workers live, keep their pipeline address and still have room (no
 //     needless moves); a stage whose worker died or drains is re-placed on
 //     the survivors and spares. Within the placement grace after a leader
 //     change no stage worker is withdrawn (restart.go).
+//   - A stage worker that reports its stage failed for the plan's epoch
+//     (ModelProgress.StageFailed: the stage did not load, or its pipeline
+//     was lost and not re-connected) gets no stage of the model for
+//     stageFailWait: the model is re-placed without it, or, when no
+//     placement is left, its plan is removed, so that its requests fail
+//     with the 503 of a model no worker serves instead of queueing.
 //   - Each stage worker gets the plan in its assignment (Assignment) and
 //     fetches only its stage's files and tensor ranges; the first stage's
 //     worker serves the model's jobs, so routing sends them only there.
@@ -25,6 +33,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/cluster"
@@ -121,9 +130,15 @@ func (p PlacementConfig) modelSize(l *admin.ModelLayout) pipeline.ModelSize {
 
 // stageBudget is what every stage holds besides its weights: the per-model
 // KV budget, so that a one-stage plan needs what a whole placement needs.
+// A worker whose gossiped --kv-bytes differs offers its room less the
+// difference (pipeWorker.kv).
 func (p PlacementConfig) stageBudget() pipeline.Budget {
 	return pipeline.Budget{Overhead: p.KVBudget}
 }
+
+// stageFailWait is how long a worker whose stage of a model failed gets no
+// stage of that model.
+const stageFailWait = time.Minute
 
 // PipelinePlace splits a model of layout l over workers (Free: the room
 // each offers it) as the leader does: pipeline.Place with this config's
@@ -148,12 +163,24 @@ func (p PlacementConfig) PipelinePlace(l *admin.ModelLayout, workers []pipeline.
 type pipeWorker struct {
 	name, addr, store string
 	room              int64
+	// kv is the KV budget a stage here holds (Meta.KVBytes, the worker's
+	// --kv-bytes); 0: the placement's KVBudget.
+	kv int64
+}
+
+// kvExtra is what a stage on w holds beyond the budget's Overhead.
+func (w pipeWorker) kvExtra(b pipeline.Budget) int64 {
+	if w.kv <= 0 {
+		return 0
+	}
+	return w.kv - b.Overhead
 }
 
 // placePipelines is the leader's pipeline round for the managed models
 // that got no whole placement (placed[name] empty), over the workers' room
-// left (free). It returns the commands that change the state.
-func placePipelines(pc PlacementConfig, st State, placed map[string][]string, free map[string]int64, workers []pipeWorker, young bool) []pipelineCmd {
+// left (free); failed[model] are the workers that get no stage of it (their
+// stage failed). It returns the commands that change the state.
+func placePipelines(pc PlacementConfig, st State, placed map[string][]string, free map[string]int64, workers []pipeWorker, young bool, failed map[string]map[string]bool) []pipelineCmd {
 	var names []string
 	for name, spec := range st.Models {
 		if spec.Managed {
@@ -194,7 +221,9 @@ func placePipelines(pc PlacementConfig, st State, placed map[string][]string, fr
 		}
 		size := pc.modelSize(spec.Layout)
 		budget := pc.stageBudget()
-		if hadPlan && planHolds(old, size, budget, alive) {
+		bad := failed[name]
+		stageFailed := hadPlan && slices.ContainsFunc(old.Stages, func(s pipeline.StageAddr) bool { return bad[s.Worker] })
+		if hadPlan && !stageFailed && planHolds(old, size, budget, alive) {
 			take(old, size, budget, alive)
 			if seed != oldSeed {
 				cmds = append(cmds, pipelineCmd{Model: name, Plan: &old, Seed: seed})
@@ -203,13 +232,14 @@ func placePipelines(pc PlacementConfig, st State, placed map[string][]string, fr
 		}
 		var cands []pipeline.Worker
 		for _, w := range workers {
-			if w.addr != "" {
-				cands = append(cands, pipeline.Worker{Name: w.name, Free: alive[w.name].room})
+			if w.addr != "" && !bad[w.name] {
+				cands = append(cands, pipeline.Worker{Name: w.name, Free: alive[w.name].room - alive[w.name].kvExtra(budget)})
 			}
 		}
 		as, err := pc.PipelinePlace(spec.Layout, cands)
 		if err != nil {
-			if hadPlan && !young {
+			// A failed stage is news, not a young view: its plan goes.
+			if hadPlan && (!young || stageFailed) {
 				cmds = append(cmds, pipelineCmd{Model: name, Seed: seed})
 			}
 			continue
@@ -218,7 +248,7 @@ func placePipelines(pc PlacementConfig, st State, placed map[string][]string, fr
 		for _, a := range as {
 			plan.Stages = append(plan.Stages, pipeline.StageAddr{Worker: a.Worker, Addr: alive[a.Worker].addr, First: a.Stage.First, Last: a.Stage.Last})
 		}
-		if hadPlan && young && withdrawsStage(old, plan) {
+		if hadPlan && young && !stageFailed && withdrawsStage(old, plan) {
 			// A stage worker may still be rejoining after a restart.
 			continue
 		}
@@ -251,9 +281,9 @@ func chooseSeed(spec ModelSpec, old string, alive map[string]pipeWorker) string 
 	return names[0]
 }
 
-// stageNeed is the memory stage s of a model of size m needs.
-func stageNeed(m pipeline.ModelSize, b pipeline.Budget, s pipeline.StageAddr) int64 {
-	need := b.Overhead
+// stageNeed is the memory stage s of a model of size m needs on worker w.
+func stageNeed(m pipeline.ModelSize, b pipeline.Budget, s pipeline.StageAddr, w pipeWorker) int64 {
+	need := b.Overhead + w.kvExtra(b)
 	for i := s.First; i < s.Last && i < len(m.Layers); i++ {
 		need += m.Layers[i] + int64(b.Tokens)*m.KVPerToken[i] + int64(b.Seqs)*m.StatePerSeq[i]
 	}
@@ -274,7 +304,7 @@ func planHolds(p pipeline.Plan, m pipeline.ModelSize, b pipeline.Budget, alive m
 	}
 	for _, s := range p.Stages {
 		w, ok := alive[s.Worker]
-		if !ok || w.addr == "" || w.addr != s.Addr || w.room < stageNeed(m, b, s) {
+		if !ok || w.addr == "" || w.addr != s.Addr || w.room < stageNeed(m, b, s, w) {
 			return false
 		}
 	}
@@ -285,7 +315,7 @@ func planHolds(p pipeline.Plan, m pipeline.ModelSize, b pipeline.Budget, alive m
 func take(p pipeline.Plan, m pipeline.ModelSize, b pipeline.Budget, alive map[string]pipeWorker) {
 	for _, s := range p.Stages {
 		if w, ok := alive[s.Worker]; ok {
-			w.room -= stageNeed(m, b, s)
+			w.room -= stageNeed(m, b, s, w)
 			alive[s.Worker] = w
 		}
 	}
@@ -309,9 +339,9 @@ func (c *Coordinator) pipelineRound(pc PlacementConfig, st State, placed map[str
 		if m.Meta.Role != cluster.RoleWorker || m.Meta.Store == "" || m.Meta.Leaving {
 			continue
 		}
-		workers = append(workers, pipeWorker{name: m.Name, addr: m.Meta.Pipeline, store: m.Meta.Store})
+		workers = append(workers, pipeWorker{name: m.Name, addr: m.Meta.Pipeline, store: m.Meta.Store, kv: m.Meta.KVBytes})
 	}
-	for _, cmd := range placePipelines(pc, st, placed, free, workers, young) {
+	for _, cmd := range placePipelines(pc, st, placed, free, workers, young, c.stageFailures(st)) {
 		if cmd.Plan != nil {
 			c.log.Info("placing pipelined model", "model", cmd.Model, "stages", stagesText(cmd.Plan), "seed", cmd.Seed)
 		} else {
@@ -321,6 +351,51 @@ func (c *Coordinator) pipelineRound(pc PlacementConfig, st State, placed map[str
 			c.log.Warn("set pipeline", "model", cmd.Model, "err", err)
 		}
 	}
+}
+
+// stageFailures are, by model, the workers that get no stage of it: each
+// reported its stage of the model's current plan failed (StageFailed, for
+// that epoch, within progressTTL) less than stageFailWait ago. Leader
+// memory: a new leader learns them again from the reports.
+func (c *Coordinator) stageFailures(st State) map[string]map[string]bool {
+	c.models.mu.Lock()
+	defer c.models.mu.Unlock()
+	if c.models.stageFails == nil {
+		c.models.stageFails = map[string]map[string]time.Time{}
+	}
+	now := time.Now()
+	for w, byModel := range c.models.progress {
+		for model, p := range byModel {
+			plan, ok := st.Pipelines[model]
+			if !p.StageFailed || !ok || p.Epoch != plan.Epoch || plan.Index(w) < 0 || now.Sub(p.at) > progressTTL {
+				continue
+			}
+			if c.models.stageFails[model] == nil {
+				c.models.stageFails[model] = map[string]time.Time{}
+			}
+			if _, seen := c.models.stageFails[model][w]; !seen {
+				c.log.Warn("pipeline stage failed; re-placing the model without its worker", "model", model, "worker", w, "epoch", p.Epoch, "err", p.Error)
+				c.models.stageFails[model][w] = now
+			}
+		}
+	}
+	out := map[string]map[string]bool{}
+	for model, ws := range c.models.stageFails {
+		for w, t := range ws {
+			if now.Sub(t) > stageFailWait {
+				delete(ws, w)
+				continue
+			}
+			if out[model] == nil {
+				out[model] = map[string]bool{}
+			}
+			out[model][w] = true
+		}
+		if len(ws) == 0 {
+			delete(c.models.stageFails, model)
+		}
+	}
+	return out
 }
 
 func stagesText(p *pipeline.Plan) string {

@@ -144,6 +144,27 @@ func TestPlacePipelines(t *testing.T) {
 		return st
 	}
 	three := room("a", 300, "b", 300, "c", 300, "d", 300)
+	run := func(t *testing.T, st State, placedOn []string, free map[string]int64, workers []pipeWorker, young bool, failed map[string]map[string]bool) string {
+		t.Helper()
+		placed := map[string][]string{"big": placedOn}
+		cmds := placePipelines(pc, st, placed, free, workers, young, failed)
+		var got []string
+		for _, c := range cmds {
+			s := c.Model
+			if c.Plan != nil {
+				s += " " + stagesText(c.Plan)
+				for _, st := range c.Plan.Stages {
+					if st.Addr != st.Worker+":1" && !(st.Worker == "b" && st.Addr == "b:9") {
+						t.Errorf("stage %s has address %q", st.Worker, st.Addr)
+					}
+				}
+			} else {
+				s += " none"
+			}
+			got = append(got, s+" seed="+c.Seed)
+		}
+		return strings.Join(got, "; ")
+	}
 	for _, tc := range []struct {
 		name    string
 		st      State
@@ -168,24 +189,46 @@ func TestPlacePipelines(t *testing.T) {
 		{"size unknown: whole placement first", withPlan(ModelSpec{Name: "big", Source: "/m", Managed: true}, nil, ""), nil, three, ws("a"), false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			placed := map[string][]string{"big": tc.placed}
-			cmds := placePipelines(pc, tc.st, placed, tc.free, tc.workers, tc.young)
-			var got []string
-			for _, c := range cmds {
-				s := c.Model
-				if c.Plan != nil {
-					s += " " + stagesText(c.Plan)
-					for _, st := range c.Plan.Stages {
-						if st.Addr != st.Worker+":1" && !(st.Worker == "b" && st.Addr == "b:9") {
-							t.Errorf("stage %s has address %q", st.Worker, st.Addr)
-						}
-					}
-				} else {
-					s += " none"
-				}
-				got = append(got, s+" seed="+c.Seed)
+			if g := run(t, tc.st, tc.placed, tc.free, tc.workers, tc.young, nil); g != tc.want {
+				t.Errorf("got %q, want %q", g, tc.want)
 			}
-			if g := strings.Join(got, "; "); g != tc.want {
+		})
+	}
+	// A stage that failed on its worker (StageFailed for the plan's
+	// epoch), and the workers' own KV budgets (gossiped --kv-bytes).
+	kv := func(w []pipeWorker, name string, b int64) []pipeWorker {
+		for i := range w {
+			if w[i].name == name {
+				w[i].kv = b
+			}
+		}
+		return w
+	}
+	failedB := map[string]map[string]bool{"big": {"b": true}}
+	for _, tc := range []struct {
+		name    string
+		st      State
+		free    map[string]int64
+		workers []pipeWorker
+		young   bool
+		failed  map[string]map[string]bool
+		want    string
+	}{
+		{name: "stage failed: re-placed without its worker", st: withPlan(big, plan3("big"), "a"), free: three, workers: ws("a", "b", "c", "d"), failed: failedB, want: "big a[0,2) c[2,4) d[4,6) seed=a"},
+		{name: "stage failed, young leader: re-placed all the same", st: withPlan(big, plan3("big"), "a"), free: three, workers: ws("a", "b", "c", "d"), young: true, failed: failedB, want: "big a[0,2) c[2,4) d[4,6) seed=a"},
+		{name: "stage failed, no spare: plan removed", st: withPlan(big, plan3("big"), "a"), free: three, workers: ws("a", "b", "c"), failed: failedB, want: "big none seed=a"},
+		{name: "failed worker gets no stage of a new plan", st: withPlan(big, nil, "a"), free: three, workers: ws("a", "b", "c", "d"), failed: failedB, want: "big a[0,2) c[2,4) d[4,6) seed=a"},
+		{name: "failed for another model: no effect", st: withPlan(big, plan3("big"), "a"), free: three, workers: ws("a", "b", "c", "d"), failed: map[string]map[string]bool{"other": {"b": true}}, want: ""},
+		// A middle stage needs 200 + b's 120 = 320 > 300.
+		{name: "a worker's larger kv budget: not a stage", st: withPlan(big, nil, "a"), free: three, workers: kv(ws("a", "b", "c", "d"), "b", 120), want: "big a[0,2) c[2,4) d[4,6) seed=a"},
+		{name: "a worker's larger kv budget: plan no longer holds", st: withPlan(big, plan3("big"), "a"), free: three, workers: kv(ws("a", "b", "c", "d"), "b", 120), want: "big a[0,2) c[2,4) d[4,6) seed=a"},
+		// First and last stage 200 + 10 + 30 = 240: fits with a 30-byte
+		// budget, not with the default 50.
+		{name: "smaller kv budgets: three stages fit", st: withPlan(big, nil, "a"), free: room("a", 240, "b", 240, "c", 240), workers: kv(kv(kv(ws("a", "b", "c"), "a", 30), "b", 30), "c", 30), want: "big a[0,2) b[2,4) c[4,6) seed=a"},
+		{name: "default kv budget: three stages do not fit", st: withPlan(big, nil, "a"), free: room("a", 240, "b", 240, "c", 240), workers: ws("a", "b", "c"), want: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if g := run(t, tc.st, nil, tc.free, tc.workers, tc.young, tc.failed); g != tc.want {
 				t.Errorf("got %q, want %q", g, tc.want)
 			}
 		})

@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/cluster"
@@ -42,8 +43,12 @@ type Config struct {
 	Pipeline string
 	// TLS is the node's mutual-TLS configuration (cluster.Secret.NodeTLS),
 	// required by the stage connections.
-	TLS    *tls.Config
-	Logger *slog.Logger
+	TLS *tls.Config
+	// HealTimeout is how long a stage re-connects its broken pipeline
+	// before it gives up and is reported failed (0: the pipeline
+	// package's 30 s).
+	HealTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // DefaultConfig listens for pipeline stages on every interface, any port.
@@ -56,6 +61,8 @@ func (c Config) Validate() error {
 		return errors.New("loader: node name is required")
 	case c.MemoryLimit < 0:
 		return fmt.Errorf("loader: memory limit %d must not be negative", c.MemoryLimit)
+	case c.HealTimeout < 0:
+		return fmt.Errorf("loader: heal timeout %v must not be negative", c.HealTimeout)
 	}
 	return nil
 }
@@ -99,9 +106,10 @@ func New(cfg Config) (*Loader, error) {
 	return l, nil
 }
 
-// Addr is the bound pipeline listener ("" without one).
+// Addr is the bound pipeline listener ("" without one, also on a nil
+// Loader).
 func (l *Loader) Addr() string {
-	if l.srv == nil {
+	if l == nil || l.srv == nil {
 		return ""
 	}
 	return l.srv.Addr()
@@ -142,7 +150,7 @@ func (l *Loader) Close() error {
 // Apply makes wc's placed models load through l and gossips its pipeline
 // listener and memory limit.
 func (l *Loader) Apply(wc *worker.Config) {
-	wc.MemoryLimit = l.cfg.MemoryLimit
+	wc.MemoryLimit, wc.KVBytes = l.cfg.MemoryLimit, l.cfg.Settings.KVBytes
 	if wc.Placed == nil {
 		return
 	}
@@ -191,46 +199,61 @@ func (l *Loader) Load(ctx context.Context, name, path string) (worker.Engine, fu
 }
 
 // LoadStage loads this worker's stage of plan from path and joins the
-// plan. The engine is nil unless the stage is the first; it fails a job
-// whose pipeline broke with worker.ErrEngineLost (and pipeline.ErrStageLost).
-func (l *Loader) LoadStage(ctx context.Context, name, path string, cp cluster.PipelinePlan) (worker.Engine, func() error, error) {
+// plan; once ctx ends (the install is unloaded) the stage no longer
+// re-connects a broken pipeline. The engine is nil unless the stage is the
+// first; a job whose pipeline broke fails with pipeline.ErrStageLost and
+// worker.ErrEngineInterrupted (the ring re-connects) or, once the member is
+// lost for good (Stage.Lost), worker.ErrEngineLost.
+func (l *Loader) LoadStage(ctx context.Context, name, path string, cp cluster.PipelinePlan) (worker.Stage, error) {
+	eng, closeAll, mem, err := l.loadStage(ctx, name, path, cp)
+	if err != nil {
+		return worker.Stage{}, err
+	}
+	return worker.Stage{Engine: eng, Close: closeAll, Lost: mem.Lost(), Err: mem.Err}, nil
+}
+
+func (l *Loader) loadStage(ctx context.Context, name, path string, cp cluster.PipelinePlan) (worker.Engine, func() error, *pipeline.Member, error) {
 	if l.srv == nil {
-		return nil, nil, errors.New("loader: this worker has no pipeline listener")
+		return nil, nil, nil, errors.New("loader: this worker has no pipeline listener")
 	}
 	plan := PlanOf(cp)
 	self := plan.Index(l.cfg.Name)
 	if self < 0 {
-		return nil, nil, fmt.Errorf("loader: worker %s is not a stage of %s epoch %d", l.cfg.Name, plan.Model, plan.Epoch)
+		return nil, nil, nil, fmt.Errorf("loader: worker %s is not a stage of %s epoch %d", l.cfg.Name, plan.Model, plan.Epoch)
 	}
 	sa := plan.Stages[self]
 	st := engine.Stage{First: sa.First, Last: sa.Last}
-	rc := l.cfg.Settings.Config(path, name)
+	// The stage's KV budget follows the whole model's rules (--kv-bytes,
+	// else derived from the memory the stage's own weights leave; capped
+	// by --memory-limit); placement reserved the same (Meta.KVBytes).
+	r, _, err := checkpoint.TensorRanges(path)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("load stage of %s: %w", name, err)
+	}
+	weights := checkpoint.Bytes(r.Stage(st))
+	rc := l.cfg.Settings.StageConfig(path, name, weights)
 	if l.cfg.MemoryLimit > 0 {
-		r, _, err := checkpoint.TensorRanges(path)
+		kv, err := l.kvBytes(fmt.Sprintf("stage %s of %s", st, name), weights)
 		if err != nil {
-			return nil, nil, fmt.Errorf("load stage of %s: %w", name, err)
-		}
-		kv, err := l.kvBytes(fmt.Sprintf("stage %s of %s", st, name), checkpoint.Bytes(r.Stage(st)))
-		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		rc.KVBytes = kv
 	}
 	m, err := engine.Load(path, engine.Options{Backend: rc.Backend, Threads: rc.Threads, KVF16: rc.KVF16, Quantize: rc.Quantize, ExactMatMul: rc.ExactMatMul, Stage: st})
 	if err != nil {
-		return nil, nil, fmt.Errorf("load stage %s of %s from %s: %w", st, name, path, err)
+		return nil, nil, nil, fmt.Errorf("load stage %s of %s from %s: %w", st, name, path, err)
 	}
-	mem, err := l.srv.Join(ctx, pipeline.MemberConfig{Plan: plan, Self: self, Model: m, Runner: rc, Logger: l.cfg.Logger})
+	mem, err := l.srv.Join(ctx, pipeline.MemberConfig{Plan: plan, Self: self, Model: m, Runner: rc, HealTimeout: l.cfg.HealTimeout, Logger: l.cfg.Logger})
 	if err != nil {
 		m.Close()
-		return nil, nil, fmt.Errorf("join %s epoch %d as stage %d: %w", name, plan.Epoch, self, err)
+		return nil, nil, nil, fmt.Errorf("join %s epoch %d as stage %d: %w", name, plan.Epoch, self, err)
 	}
 	l.log.Info("pipeline stage joined", "model", name, "epoch", plan.Epoch, "stage", self, "layers", st.String())
 	closeAll := func() error { return errors.Join(mem.Close(), m.Close()) }
 	if h := mem.Engine(); h != nil {
-		return headEngine{h}, closeAll, nil
+		return headEngine{h}, closeAll, mem, nil
 	}
-	return nil, closeAll, nil
+	return nil, closeAll, mem, nil
 }
 
 // PlanOf is the pipeline.Plan of a plan as the worker got it.
@@ -243,8 +266,9 @@ func PlanOf(cp cluster.PipelinePlan) pipeline.Plan {
 }
 
 // headEngine is the first stage's Head as a worker engine: a lost stage is
-// worker.ErrEngineLost, so the worker hands the job back instead of
-// failing it.
+// worker.ErrEngineInterrupted (the ring re-connects) or, once the pipeline
+// is lost for good, worker.ErrEngineLost, so the worker hands the job back
+// instead of failing it.
 type headEngine struct{ h *pipeline.Head }
 
 func (e headEngine) Generate(ctx context.Context, j *job.Job, emit func(*job.Event) error) error {
@@ -254,7 +278,10 @@ func (e headEngine) Generate(ctx context.Context, j *job.Job, emit func(*job.Eve
 func (e headEngine) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error {
 	err := e.h.GenerateResume(ctx, j, r, emit)
 	if errors.Is(err, pipeline.ErrStageLost) {
-		return fmt.Errorf("%w: %w", worker.ErrEngineLost, err)
+		if e.h.Lost() {
+			return fmt.Errorf("%w: %w", worker.ErrEngineLost, err)
+		}
+		return fmt.Errorf("%w: %w", worker.ErrEngineInterrupted, err)
 	}
 	return err
 }

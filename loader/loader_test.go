@@ -59,7 +59,7 @@ func testSecret(t *testing.T) *cluster.Secret {
 func newLoader(t *testing.T, s *cluster.Secret, name string, limit int64) *Loader {
 	t.Helper()
 	cfg := DefaultConfig()
-	cfg.Name, cfg.Pipeline, cfg.MemoryLimit = name, "127.0.0.1:0", limit
+	cfg.Name, cfg.Pipeline, cfg.MemoryLimit, cfg.HealTimeout = name, "127.0.0.1:0", limit, 2*time.Second
 	cfg.Settings = runner.Settings{Backend: "cpu", Threads: 1, Slots: 2}
 	if s != nil {
 		tc, err := s.NodeTLS(name)
@@ -115,7 +115,7 @@ func TestMemoryLimit(t *testing.T) {
 	tight := newLoader(t, s, "tight", stage+minKV-1)
 	plan := cluster.PipelinePlan{Model: "m", Epoch: 1, Stages: []cluster.PipelineStage{
 		{Worker: "other", Addr: "127.0.0.1:1", First: 0, Last: 2}, {Worker: "tight", Addr: tight.Addr(), First: 2, Last: 4}}}
-	if _, _, err := tight.LoadStage(ctx, "m", dir, plan); !errors.Is(err, ErrTooBig) {
+	if _, err := tight.LoadStage(ctx, "m", dir, plan); !errors.Is(err, ErrTooBig) {
 		t.Fatalf("stage over the limit: got %v, want ErrTooBig", err)
 	}
 }
@@ -146,7 +146,9 @@ func chat(t *testing.T, e worker.Engine, seed int64, onEvent func()) (string, []
 // from one cluster secret) load the two stages of a model from one folder
 // and join the plan; the first stage's engine answers a seeded chat job
 // with the whole model's tokens, the second has no engine; when the second
-// stage closes under a running job, the job fails with worker.ErrEngineLost.
+// stage closes under a running job, the job fails with
+// worker.ErrEngineInterrupted (the first re-dials), and once the first
+// gives up (HealTimeout: Stage.Lost) jobs fail with worker.ErrEngineLost.
 func TestLoadStage(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "m")
 	if err := testmodel.Write(dir, testmodel.Options{Layers: 4}); err != nil {
@@ -166,15 +168,16 @@ func TestLoadStage(t *testing.T) {
 	}
 	plan := cluster.PipelinePlan{Model: "m", Epoch: 3, Stages: []cluster.PipelineStage{
 		{Worker: "a", Addr: a.Addr(), First: 0, Last: 1}, {Worker: "b", Addr: b.Addr(), First: 1, Last: 4}}}
-	head, closeA, err := a.LoadStage(ctx, "m", dir, plan)
+	stA, err := a.LoadStage(ctx, "m", dir, plan)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeA()
-	tail, closeB, err := b.LoadStage(ctx, "m", dir, plan)
+	defer stA.Close()
+	stB, err := b.LoadStage(ctx, "m", dir, plan)
 	if err != nil {
 		t.Fatal(err)
 	}
+	head, tail, closeB := stA.Engine, stB.Engine, stB.Close
 	if head == nil || tail != nil {
 		t.Fatalf("engines: first stage %v, second %v; want only the first", head, tail)
 	}
@@ -191,7 +194,18 @@ func TestLoadStage(t *testing.T) {
 			closeB()
 		}
 	})
-	if !errors.Is(err, worker.ErrEngineLost) || !errors.Is(err, pipeline.ErrStageLost) {
-		t.Fatalf("second stage closed mid-job: got %v, want worker.ErrEngineLost", err)
+	if !errors.Is(err, worker.ErrEngineInterrupted) || !errors.Is(err, pipeline.ErrStageLost) {
+		t.Fatalf("second stage closed mid-job: got %v, want worker.ErrEngineInterrupted", err)
+	}
+	select {
+	case <-stA.Lost:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first stage never gave up re-connecting to the closed second")
+	}
+	if stA.Err() == nil {
+		t.Error("the first stage is lost without an error")
+	}
+	if _, _, err = chat(t, head, 7, nil); !errors.Is(err, worker.ErrEngineLost) || !errors.Is(err, pipeline.ErrStageLost) {
+		t.Fatalf("job after the first stage gave up: got %v, want worker.ErrEngineLost", err)
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,12 +25,21 @@ type Config struct {
 	MaxFrameBytes int
 	// HandshakeTimeout bounds the TLS handshake of Dial and Accept.
 	HandshakeTimeout time.Duration
+	// Heartbeat is how often a pipeline member pings its next stage over
+	// an idle link; PeerTimeout how long it reads nothing from its
+	// previous stage (no frame, no ping, not one byte) before it takes the
+	// link for dead and re-connects. A peer that died or a link that went
+	// silent without closing (a black hole) is thus found within
+	// PeerTimeout. Both zero: no heartbeat (a dead peer is found only when
+	// TCP reports it).
+	Heartbeat, PeerTimeout time.Duration
 }
 
-// DefaultConfig has no TLS (the caller sets it), 256 MiB frames and a
-// 10 s handshake.
+// DefaultConfig has no TLS (the caller sets it), 256 MiB frames, a 10 s
+// handshake, a ping every second and a peer silent for 5 s taken for dead
+// (five missed pings: a loaded machine may delay one or two, never five).
 func DefaultConfig() Config {
-	return Config{MaxFrameBytes: 256 << 20, HandshakeTimeout: 10 * time.Second}
+	return Config{MaxFrameBytes: 256 << 20, HandshakeTimeout: 10 * time.Second, Heartbeat: time.Second, PeerTimeout: 5 * time.Second}
 }
 
 // Validate checks the configuration.
@@ -46,6 +57,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pipeline max frame bytes %d must be at least %d", c.MaxFrameBytes, headerSize)
 	case c.HandshakeTimeout <= 0:
 		return fmt.Errorf("pipeline handshake timeout %v must be positive", c.HandshakeTimeout)
+	case c.Heartbeat < 0 || c.PeerTimeout < 0:
+		return fmt.Errorf("pipeline heartbeat %v and peer timeout %v must not be negative", c.Heartbeat, c.PeerTimeout)
+	case (c.Heartbeat == 0) != (c.PeerTimeout == 0):
+		return fmt.Errorf("pipeline heartbeat %v and peer timeout %v must both be set or both be zero", c.Heartbeat, c.PeerTimeout)
+	case c.PeerTimeout < 2*c.Heartbeat:
+		return fmt.Errorf("pipeline peer timeout %v must be at least twice the heartbeat %v (one late ping must not kill a link)", c.PeerTimeout, c.Heartbeat)
 	}
 	return nil
 }
@@ -160,10 +177,16 @@ type Conn struct {
 	rmu  sync.Mutex
 	r    *bufio.Reader
 	rbuf []byte
+	// idle, when positive, bounds the wait for each read from the peer
+	// (SetIdleTimeout); rcut is set once a Recv's ctx ended (its past
+	// deadline must not be moved by idleReader).
+	idle atomic.Int64
+	rcut atomic.Bool
 
 	mu     sync.Mutex
 	broken error
 	closed bool
+	done   chan struct{} // closed by Close
 }
 
 func newConn(tc *tls.Conn, cfg Config) *Conn {
@@ -171,11 +194,39 @@ func newConn(tc *tls.Conn, cfg Config) *Conn {
 	if cs := tc.ConnectionState().PeerCertificates; len(cs) > 0 {
 		peer = cs[0].Subject.CommonName
 	}
-	return &Conn{
-		tc: tc, max: cfg.MaxFrameBytes, peer: peer,
-		w: bufio.NewWriterSize(tc, 64<<10), r: bufio.NewReaderSize(tc, 64<<10),
-	}
+	c := &Conn{tc: tc, max: cfg.MaxFrameBytes, peer: peer, w: bufio.NewWriterSize(tc, 64<<10), done: make(chan struct{})}
+	c.r = bufio.NewReaderSize(idleReader{c}, 64<<10)
+	return c
 }
+
+// idleReader reads the TLS stream with the connection's idle timeout: each
+// read of the socket must return within it. A frame of any size may thus
+// take as long as it needs while its bytes flow; a peer that sends nothing
+// (not even pings) fails the Recv.
+type idleReader struct{ c *Conn }
+
+func (r idleReader) Read(p []byte) (int, error) {
+	c := r.c
+	if d := time.Duration(c.idle.Load()); d > 0 && !c.rcut.Load() {
+		c.tc.SetReadDeadline(time.Now().Add(d))
+		if c.rcut.Load() { // the ctx's past deadline set meanwhile wins
+			c.tc.SetReadDeadline(time.Unix(1, 0))
+		}
+	}
+	return c.tc.Read(p)
+}
+
+// ErrPeerSilent is wrapped by Recv when the peer sent nothing for the idle
+// timeout (SetIdleTimeout).
+var ErrPeerSilent = errors.New("pipeline: peer silent")
+
+// SetIdleTimeout makes every later Recv fail with ErrPeerSilent when the
+// peer sends nothing for d (0: wait for ever). The sender keeps an idle
+// link alive with Ping.
+func (c *Conn) SetIdleTimeout(d time.Duration) { c.idle.Store(int64(d)) }
+
+// Done is closed when the connection is closed.
+func (c *Conn) Done() <-chan struct{} { return c.done }
 
 // Peer is the node name in the peer's certificate (its common name).
 func (c *Conn) Peer() string { return c.peer }
@@ -249,18 +300,52 @@ func (c *Conn) Recv(ctx context.Context, f *Frame) error {
 	if err := c.usable(); err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { c.tc.SetReadDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { c.rcut.Store(true); c.tc.SetReadDeadline(time.Unix(1, 0)) })
 	var err error
-	c.rbuf, err = readFrame(c.r, f, c.rbuf, c.max)
+	for {
+		c.rbuf, err = readFrame(c.r, f, c.rbuf, c.max)
+		if err != nil || f.Kind != Ping {
+			break
+		}
+	}
 	if !stop() && ctx.Err() != nil {
 		return c.fail(ctx.Err())
 	}
 	if err != nil {
+		if d := time.Duration(c.idle.Load()); d > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("%w: nothing from %s for %v", ErrPeerSilent, c.peer, d)
+		}
 		c.fail(err)
 		if errors.Is(err, io.EOF) {
 			return err
 		}
 		return fmt.Errorf("pipeline recv: %w", err)
+	}
+	return nil
+}
+
+// Ping sends a heartbeat frame, which the peer's Recv skips. While a frame
+// is being sent it sends nothing: those bytes are traffic enough (and a
+// ping must never wait behind a long frame and then time out on it).
+func (c *Conn) Ping(ctx context.Context) error {
+	if !c.wmu.TryLock() {
+		return nil
+	}
+	defer c.wmu.Unlock()
+	if err := c.usable(); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { c.tc.SetWriteDeadline(time.Unix(1, 0)) })
+	var err error
+	c.wbuf, err = writeFrame(c.w, &Frame{Kind: Ping}, c.wbuf)
+	if err == nil {
+		err = c.w.Flush()
+	}
+	if !stop() && ctx.Err() != nil {
+		return c.fail(fmt.Errorf("pipeline ping: %w", ctx.Err()))
+	}
+	if err != nil {
+		return c.fail(fmt.Errorf("pipeline ping: %w", err))
 	}
 	return nil
 }
@@ -275,5 +360,6 @@ func (c *Conn) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	close(c.done)
 	return c.tc.Close()
 }

@@ -223,6 +223,10 @@ func TestConfigValidate(t *testing.T) {
 		{"no roots", func(c *Config) { c.TLS = c.TLS.Clone(); c.TLS.RootCAs = nil }, "cluster CA"},
 		{"frame", func(c *Config) { c.MaxFrameBytes = 10 }, "max frame bytes 10 must be at least"},
 		{"handshake", func(c *Config) { c.HandshakeTimeout = 0 }, "handshake timeout 0s must be positive"},
+		{"no heartbeat", func(c *Config) { c.Heartbeat, c.PeerTimeout = 0, 0 }, ""},
+		{"heartbeat alone", func(c *Config) { c.PeerTimeout = 0 }, "must both be set or both be zero"},
+		{"peer timeout too short", func(c *Config) { c.Heartbeat, c.PeerTimeout = time.Second, 1500*time.Millisecond }, "at least twice the heartbeat"},
+		{"negative heartbeat", func(c *Config) { c.Heartbeat = -time.Second }, "must not be negative"},
 	} {
 		c := good
 		tc.fn(&c)
@@ -230,5 +234,42 @@ func TestConfigValidate(t *testing.T) {
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestConnIdleTimeout: with an idle timeout, pings keep a Recv waiting
+// (they are skipped, not returned), a frame after them arrives, and a peer
+// that then sends nothing fails the Recv with ErrPeerSilent after about
+// the timeout.
+func TestConnIdleTimeout(t *testing.T) {
+	a, b := pair(t, newSecret(t))
+	const idle = 300 * time.Millisecond
+	b.SetIdleTimeout(idle)
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		for range 8 { // 8 × 100 ms of pings: longer than the timeout
+			if err := a.Ping(ctx); err != nil {
+				done <- err
+				return
+			}
+			time.Sleep(100 * time.Millisecond) // the sender's pace, not synchronisation
+		}
+		done <- a.Send(ctx, &Frame{Kind: Forget, Batch: 42})
+	}()
+	var f Frame
+	if err := b.Recv(ctx, &f); err != nil || f.Kind != Forget || f.Batch != 42 {
+		t.Fatalf("recv across pings: %v, frame %v %d; want the forget frame", err, f.Kind, f.Batch)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	err := b.Recv(ctx, &f)
+	if !errors.Is(err, ErrPeerSilent) {
+		t.Fatalf("recv from a silent peer: %v, want ErrPeerSilent", err)
+	}
+	if d := time.Since(t0); d < idle || d > idle+5*time.Second {
+		t.Errorf("silent peer found after %v, want about %v", d, idle)
 	}
 }

@@ -373,8 +373,9 @@ func TestHeadPrefixCache(t *testing.T) {
 // TestStageLost: when a member of a 3-stage pipeline goes away mid-stream
 // (the middle one, or the last), every job in flight on the head fails
 // promptly with an error wrapping ErrStageLost (the worker resumes it
-// elsewhere), later jobs fail at once the same way, and every goroutine
-// stops (goleak in TestMain).
+// elsewhere); the others re-dial in vain and give up after HealTimeout,
+// then later jobs fail at once the same way, and every goroutine stops
+// (goleak in TestMain).
 func TestStageLost(t *testing.T) {
 	secret := newSecret(t)
 	path := filepath.Join("..", "testdata", "hf", "qwen3")
@@ -382,7 +383,7 @@ func TestStageLost(t *testing.T) {
 	rc.MaxContext = 4096
 	for _, victim := range []int{1, 2} {
 		t.Run(fmt.Sprintf("stage%d", victim), func(t *testing.T) {
-			tp := startPipeline(t, secret, path, engine.Options{}, splits(3)[1], uint64(30+victim), rc)
+			tp := startPipelineWith(t, secret, path, engine.Options{}, splits(3)[1], uint64(30+victim), rc, func(_ int, mc *MemberConfig) { mc.HealTimeout = 2 * time.Second })
 			V := tp.models[0].VocabSize()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
@@ -417,9 +418,14 @@ func TestStageLost(t *testing.T) {
 			if d := time.Since(t0); d > 20*time.Second {
 				t.Errorf("jobs took %v to fail after the stage was lost", d)
 			}
+			select {
+			case <-tp.members[0].Lost():
+			case <-time.After(30 * time.Second):
+				t.Fatal("the head never gave up re-connecting to the closed stage")
+			}
 			g := generate(ctx, tp.head, completion([]int{1, 2, 3}, 4, nil), nil, nil)
-			if !errors.Is(g.err, ErrStageLost) {
-				t.Errorf("a job after the loss: %v, want ErrStageLost", g.err)
+			if !errors.Is(g.err, ErrStageLost) || !tp.head.Lost() {
+				t.Errorf("a job after the loss: %v (lost %v), want ErrStageLost", g.err, tp.head.Lost())
 			}
 		})
 	}

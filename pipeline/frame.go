@@ -136,12 +136,16 @@ const (
 	// Failed is a stage's error for batch Batch (Payload: the message),
 	// passed on to the head.
 	Failed
+	// Ping is a connection's heartbeat (no content): Conn.Ping sends it
+	// while the link is idle and Conn.Recv skips it, so that a silent
+	// peer is told from an idle one (Config.PeerTimeout).
+	Ping
 	numKinds
 )
 
 func (k Kind) String() string {
 	if k < numKinds {
-		return [...]string{"data", "hello", "result", "attach", "attached", "forget", "failed"}[k]
+		return [...]string{"data", "hello", "result", "attach", "attached", "forget", "failed", "ping"}[k]
 	}
 	return fmt.Sprintf("kind(%d)", uint16(k))
 }

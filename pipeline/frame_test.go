@@ -193,7 +193,7 @@ func TestFrameRejects(t *testing.T) {
 		text string
 	}{
 		{"rows", func(f *Frame) { f.Rows++ }, "rows, the data frame's sequences make"},
-		{"kind", func(f *Frame) { f.Kind = numKinds }, "kind(7)"},
+		{"kind", func(f *Frame) { f.Kind = numKinds }, "kind(8)"},
 		{"values", func(f *Frame) { f.Hidden = f.Hidden[1:] }, "hidden values"},
 		{"empty seq", func(f *Frame) { f.Seqs[0].Tokens = nil }, "no tokens"},
 		{"token", func(f *Frame) { f.Seqs[0].Tokens[0] = -1 }, "token -1 out of range"},

@@ -42,11 +42,13 @@ type Head struct {
 
 	mu      sync.Mutex
 	waiting map[uint64]chan *Frame
-	known   map[uint64]bool // sequences the other stages have heard of
+	// known are the sequences the other stages have heard of, with the
+	// ring generation they heard in: after a break they are gone there.
+	known map[uint64]uint64
 }
 
 func newHead(m *Member) (*Head, error) {
-	h := &Head{m: m, waiting: map[uint64]chan *Frame{}, known: map[uint64]bool{}, shape: newShaper(m.cfg.Groups)}
+	h := &Head{m: m, waiting: map[uint64]chan *Frame{}, known: map[uint64]uint64{}, shape: newShaper(m.cfg.Groups)}
 	cfg := m.cfg.Runner
 	h.maxRows = cfg.MaxBatchTokens
 	if h.maxRows <= 0 {
@@ -77,15 +79,22 @@ func (h *Head) Generate(ctx context.Context, j *job.Job, emit func(*job.Event) e
 }
 
 // GenerateResume implements worker.ResumeEngine. When the pipeline is lost
-// during the job, the error wraps ErrStageLost (the job is resumed
-// elsewhere from the tokens reported so far).
+// or its ring breaks during the job, the error wraps ErrStageLost (the job
+// is resumed from the tokens reported so far: here once the ring is up
+// again, or elsewhere; Lost tells the two apart).
 func (h *Head) GenerateResume(ctx context.Context, j *job.Job, r *job.Resume, emit func(*job.Event, []int) error) error {
+	gen := h.m.generation()
 	err := h.r.GenerateResume(ctx, j, r, emit)
-	if err != nil && !errors.Is(err, ErrStageLost) && h.isLost() && ctx.Err() == nil {
-		return fmt.Errorf("%w: %w", h.m.lostError(), err)
+	if err != nil && !errors.Is(err, ErrStageLost) && ctx.Err() == nil && (h.isLost() || h.m.generation() != gen) {
+		return fmt.Errorf("%w: %w", h.m.lostError(nil), err)
 	}
 	return err
 }
+
+// Lost reports whether the pipeline is lost for good (Member.Lost): its
+// jobs must go elsewhere. A job that failed with ErrStageLost while this
+// is false may run here again once the ring is re-connected.
+func (h *Head) Lost() bool { return h.isLost() }
 
 // RoutingSummary implements worker.PrefixSummarizer: the first stage's
 // prefix cache, as a whole model's runner reports it.
@@ -100,23 +109,50 @@ func (h *Head) isLost() bool {
 	}
 }
 
-// up waits for the pipeline to be connected; ErrStageLost if it is lost.
-func (h *Head) up(ctx context.Context) error {
-	select {
-	case <-h.m.ready:
-	case <-h.m.lost:
-		return h.m.lostError()
-	case <-ctx.Done():
-		return ctx.Err()
+// up waits for the pipeline's ring to be connected (a broken one is
+// re-connected within HealTimeout); ErrStageLost if it is lost.
+func (h *Head) up(ctx context.Context) (*ring, error) {
+	for {
+		h.m.mu.Lock()
+		r, changed, lost := h.m.ring, h.m.changed, h.m.lostErr != nil
+		h.m.mu.Unlock()
+		if lost {
+			return nil, h.m.lostError(nil)
+		}
+		if r != nil && !r.isBroken() {
+			return r, nil
+		}
+		select {
+		case <-changed:
+		case <-h.m.lost:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	if h.isLost() {
-		return h.m.lostError()
+}
+
+// stale is ErrStageLost when one of ids (with its cache length) belongs
+// to a ring generation other than gen: the other stages dropped it with a
+// broken ring, so its next pass cannot run there. A sequence they never
+// heard of must start at position 0 (or attach first). With mark, the
+// sequences are recorded as known in gen. Under h.mu.
+func (h *Head) stale(gen uint64, pass []runner.PassSeq, mark bool) error {
+	for _, p := range pass {
+		g, ok := h.known[p.ID]
+		if (ok && g != gen) || (!ok && p.Cache.Len() > 0) {
+			return h.m.lostError(fmt.Errorf("sequence %d was on a ring generation that broke", p.ID))
+		}
+	}
+	if mark {
+		for _, p := range pass {
+			h.known[p.ID] = gen
+		}
 	}
 	return nil
 }
 
-// send sends f and waits for the frame answering it.
-func (h *Head) send(ctx context.Context, f *Frame) (*Frame, error) {
+// send sends f on r and waits for the frame answering it.
+func (h *Head) send(ctx context.Context, r *ring, f *Frame) (*Frame, error) {
 	ch := make(chan *Frame, 1)
 	h.mu.Lock()
 	h.waiting[f.Batch] = ch
@@ -126,35 +162,29 @@ func (h *Head) send(ctx context.Context, f *Frame) (*Frame, error) {
 		delete(h.waiting, f.Batch)
 		h.mu.Unlock()
 	}()
-	if err := h.out().Send(h.m.ctx, f); err != nil {
-		h.m.fail(fmt.Errorf("send to stage 1: %w", err))
-		return nil, h.m.lostError()
+	if err := r.out.Send(h.m.ctx, f); err != nil {
+		r.brk(fmt.Errorf("send to stage 1: %w", err))
+		return nil, h.m.lostError(r.err)
 	}
 	select {
-	case r := <-ch:
-		if r.Kind == Failed {
-			return nil, fmt.Errorf("pipeline %s: %s", h.m.key.model, r.Payload)
+	case res := <-ch:
+		if res.Kind == Failed {
+			return nil, fmt.Errorf("pipeline %s: %s", h.m.key.model, res.Payload)
 		}
-		return r, nil
-	case <-h.m.lost:
-		return nil, h.m.lostError()
+		return res, nil
+	case <-r.broken:
+		return nil, h.m.lostError(r.err)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
-func (h *Head) out() *Conn {
-	h.m.mu.Lock()
-	defer h.m.mu.Unlock()
-	return h.m.outConn
-}
-
-// receive hands the last stage's frames to the passes waiting for them,
-// until the connection ends.
-func (h *Head) receive(in *Conn) error {
+// receive hands the last stage's frames on ring r to the passes waiting
+// for them, until the connection ends.
+func (h *Head) receive(r *ring) error {
 	for {
 		f := new(Frame)
-		if err := in.Recv(h.m.ctx, f); err != nil {
+		if err := r.in.Recv(h.m.ctx, f); err != nil {
 			return fmt.Errorf("from the last stage: %w", err)
 		}
 		switch f.Kind {
@@ -179,7 +209,16 @@ func (h *Head) receive(in *Conn) error {
 // rest down the pipeline. The passes of several lanes may run merged, as
 // one (schedule.go).
 func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32, []int, error) {
-	if err := h.up(ctx); err != nil {
+	// A sequence of a broken ring fails at once, not after the wait.
+	gen := h.m.generation()
+	h.mu.Lock()
+	err := h.stale(gen, pass, false)
+	h.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := h.up(ctx)
+	if err != nil {
 		return nil, nil, err
 	}
 	c := &call{pass: pass, done: make(chan struct{})}
@@ -198,7 +237,7 @@ func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 	}
 	h.gate.wait(g, m, lanes, groupHold)
 	h.gate.start(g)
-	h.run(ctx, g)
+	h.run(ctx, r, g)
 	h.gate.finish(g)
 	steps, decode := 0, true
 	for _, c := range g.calls {
@@ -216,19 +255,34 @@ func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 	return c.logits, c.toks, c.err
 }
 
-// run runs a group's passes as one pass and hands each call its share of
-// the result.
-func (h *Head) run(ctx context.Context, g *group) {
-	pass := g.calls[0].pass
-	if len(g.calls) > 1 {
-		pass = nil
+// run runs a group's passes as one pass on ring r and hands each call its
+// share of the result. A call with a sequence of a broken ring generation
+// fails alone (the others' sequences may be new on r).
+func (h *Head) run(ctx context.Context, r *ring, g *group) {
+	calls := g.calls
+	if len(calls) > 1 {
+		calls = nil
+		h.mu.Lock()
 		for _, c := range g.calls {
+			if c.err = h.stale(r.gen, c.pass, false); c.err == nil {
+				calls = append(calls, c)
+			}
+		}
+		h.mu.Unlock()
+		if len(calls) == 0 {
+			return
+		}
+	}
+	pass := calls[0].pass
+	if len(calls) > 1 {
+		pass = nil
+		for _, c := range calls {
 			pass = append(pass, c.pass...)
 		}
 	}
-	logits, toks, err := h.forward(ctx, pass)
+	logits, toks, err := h.forward(ctx, r, pass)
 	off := 0
-	for _, c := range g.calls {
+	for _, c := range calls {
 		n := len(c.pass)
 		if err != nil {
 			c.err = err
@@ -239,12 +293,17 @@ func (h *Head) run(ctx context.Context, g *group) {
 	}
 }
 
-// forward runs one pass: the first stage here, the rest down the ring.
-func (h *Head) forward(ctx context.Context, pass []runner.PassSeq) ([][]float32, []int, error) {
+// forward runs one pass on ring r: the first stage here, the rest down
+// the ring.
+func (h *Head) forward(ctx context.Context, r *ring, pass []runner.PassSeq) ([][]float32, []int, error) {
 	seqs := make([]engine.Seq, len(pass))
 	f := &Frame{Kind: Data, Batch: h.batches.Add(1), Seqs: make([]Seq, len(pass)), Cols: h.m.cfg.Model.Config().HiddenSize}
 	var params samplerParams
 	h.mu.Lock()
+	if err := h.stale(r.gen, pass, true); err != nil {
+		h.mu.Unlock()
+		return nil, nil, err
+	}
 	for i, p := range pass {
 		seqs[i] = p.Seq
 		f.Seqs[i] = Seq{ID: p.ID, Pos: p.Cache.Len(), PromptEnd: p.PromptEnd, AllLogits: p.AllLogits, Greedy: p.Greedy,
@@ -257,7 +316,6 @@ func (h *Head) forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 			params = append(params, sr)
 		}
 		f.Rows += len(p.Tokens)
-		h.known[p.ID] = true
 	}
 	h.mu.Unlock()
 	if len(params) > 0 {
@@ -276,7 +334,7 @@ func (h *Head) forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 		return nil, nil, err
 	}
 	f.Hidden = out.Hidden
-	res, err := h.send(ctx, f)
+	res, err := h.send(ctx, r, f)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -314,14 +372,19 @@ func ptr[T any](v T) *T { return &v }
 // have of the prefix; the answer is what the last of them holds, which no
 // stage before it exceeds.
 func (h *Head) Attach(ctx context.Context, id uint64, tokens []int) (int, error) {
-	if err := h.up(ctx); err != nil {
+	r, err := h.up(ctx)
+	if err != nil {
 		return 0, err
 	}
 	h.mu.Lock()
-	h.known[id] = true
+	if g, ok := h.known[id]; ok && g != r.gen {
+		h.mu.Unlock()
+		return 0, h.m.lostError(fmt.Errorf("sequence %d was on a ring generation that broke", id))
+	}
+	h.known[id] = r.gen
 	h.mu.Unlock()
 	f := &Frame{Kind: Attach, Batch: h.batches.Add(1), Seqs: []Seq{{ID: id, Pos: len(tokens) - 1, Tokens: tokens}}, Rows: len(tokens)}
-	res, err := h.send(ctx, f)
+	res, err := h.send(ctx, r, f)
 	if err != nil {
 		return 0, err
 	}
@@ -336,14 +399,15 @@ func (h *Head) Attach(ctx context.Context, id uint64, tokens []int) (int, error)
 // connection).
 func (h *Head) Forget(id uint64) {
 	h.mu.Lock()
-	known := h.known[id]
+	gen, known := h.known[id]
 	delete(h.known, id)
 	h.mu.Unlock()
-	if !known || h.isLost() {
-		return
+	r := h.m.current()
+	if !known || r == nil || r.gen != gen || r.isBroken() {
+		return // the other stages dropped it with its ring
 	}
-	if err := h.out().Send(h.m.ctx, &Frame{Kind: Forget, Seqs: []Seq{{ID: id}}}); err != nil {
-		h.m.fail(fmt.Errorf("send to stage 1: %w", err))
+	if err := r.out.Send(h.m.ctx, &Frame{Kind: Forget, Seqs: []Seq{{ID: id}}}); err != nil {
+		r.brk(fmt.Errorf("send to stage 1: %w", err))
 	}
 }
 

@@ -35,7 +35,11 @@ type MemberConfig struct {
 	// lanes' passes are merged into at most Groups passes (docs/engine.md,
 	// "Pipeline execution"). 0: chosen by measurement.
 	Groups int
-	Logger *slog.Logger
+	// ConnectTimeout bounds the wait for the first ring (0: 60 s);
+	// HealTimeout how long a broken ring is re-connected before the member
+	// gives up (0: 30 s; ring.go).
+	ConnectTimeout, HealTimeout time.Duration
+	Logger                      *slog.Logger
 }
 
 // Validate checks the configuration.
@@ -49,6 +53,8 @@ func (c MemberConfig) Validate() error {
 		return fmt.Errorf("pipeline member: groups %d must not be negative", c.Groups)
 	case len(c.Plan.Stages) < 2:
 		return fmt.Errorf("pipeline member: plan %s has %d stages; a pipeline has at least 2", c.Plan.Model, len(c.Plan.Stages))
+	case c.ConnectTimeout < 0 || c.HealTimeout < 0:
+		return fmt.Errorf("pipeline member: connect timeout %v and heal timeout %v must not be negative", c.ConnectTimeout, c.HealTimeout)
 	}
 	if err := c.Plan.Validate(c.Model.Config().NumHiddenLayers); err != nil {
 		return err
@@ -88,15 +94,12 @@ func readHello(ctx context.Context, c *Conn) (hello, error) {
 	return h, nil
 }
 
-// connectWait bounds how long a member waits for its neighbours'
-// connections; a pipeline that does not come up by then is lost.
-const connectWait = 60 * time.Second
-
 // Member is one worker's stage of a pipelined model: it links to the next
 // stage (its connection to Plan.Stages[Self+1]; the last stage's goes to
 // stage 0, closing the ring) and takes the previous one's. Stage 0 serves
 // the model's jobs (Engine); every other stage runs what arrives. Members
 // of a plan exchange frames only with members of the same model and epoch.
+// A broken link is re-connected on the same plan (ring.go).
 type Member struct {
 	srv  *Server
 	cfg  MemberConfig
@@ -106,15 +109,17 @@ type Member struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	in     chan *Conn // the previous stage's connection, once
-	ready  chan struct{}
-	lost   chan struct{}
+	stop   <-chan struct{} // Join's ctx: the member is leaving its plan, no more healing
+	lost   chan struct{}   // closed with lostErr
+	inSig  chan struct{}   // (1) a connection from the previous stage arrived
 
 	mu      sync.Mutex
-	inConn  *Conn
-	outConn *Conn
-	lostErr error
-	gotIn   bool
+	ring    *ring         // the links up now; nil while (re)connecting
+	gen     uint64        // the generation connected or up: older sequences are gone
+	changed chan struct{} // closed and replaced when ring changes
+	pendIn  *Conn         // the previous stage's newest connection, not in a ring yet
+	lostErr error         // lost for good
+	closing bool
 
 	head *Head
 	pool *engine.KVPool // this stage's KV pool (nil: per-sequence caches)
@@ -128,11 +133,12 @@ type Member struct {
 }
 
 // Join adds a member for cfg's stage to the server: it dials the next stage
-// (retrying until that worker's member has joined, at most connectWait)
+// (retrying until that worker's member has joined, at most ConnectTimeout)
 // and accepts the previous stage's connection. It returns at once; a
-// pipeline that does not come up, or later breaks, fails the Head's jobs
-// with ErrStageLost. On stage 0 it starts the Head, a runner over the
-// pipeline.
+// pipeline that does not come up fails the Head's jobs with ErrStageLost,
+// and so does a break (then the member re-connects, ring.go). Once ctx
+// ends the member no longer heals: a broken ring is then lost for good.
+// On stage 0 it starts the Head, a runner over the pipeline.
 func (s *Server) Join(ctx context.Context, cfg MemberConfig) (*Member, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -140,11 +146,17 @@ func (s *Server) Join(ctx context.Context, cfg MemberConfig) (*Member, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = s.log
 	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = connectWait
+	}
+	if cfg.HealTimeout == 0 {
+		cfg.HealTimeout = healWait
+	}
 	k := memberKey{cfg.Plan.Model, cfg.Plan.Epoch, cfg.Self}
 	m := &Member{
 		srv: s, cfg: cfg, key: k, last: cfg.Self == len(cfg.Plan.Stages)-1,
-		log: cfg.Logger.With("component", "pipeline", "model", k.model, "epoch", k.epoch, "stage", k.stage),
-		in:  make(chan *Conn, 1), ready: make(chan struct{}), lost: make(chan struct{}),
+		log:  cfg.Logger.With("component", "pipeline", "model", k.model, "epoch", k.epoch, "stage", k.stage),
+		stop: ctx.Done(), lost: make(chan struct{}), inSig: make(chan struct{}, 1), changed: make(chan struct{}),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := m.newPool(); err != nil {
@@ -217,17 +229,30 @@ func (m *Member) accept(c *Conn, h hello) error {
 		return fmt.Errorf("connection from node %q; stage %d is worker %q", c.Peer(), prev, want)
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.gotIn || m.lostErr != nil {
-		return errors.New("the member already has its previous stage's connection or is closed")
+	if m.lostErr != nil || m.closing {
+		m.mu.Unlock()
+		return errors.New("the member is closed")
 	}
-	m.gotIn, m.inConn = true, c
-	m.in <- c
+	// A new connection while a ring is up: the previous stage broke and
+	// re-dialled, that generation is over (ring.go).
+	old, r := m.pendIn, m.ring
+	m.pendIn = c
+	m.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	if r != nil {
+		r.brk(errors.New("the previous stage re-connected"))
+	}
+	select {
+	case m.inSig <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
-// fail marks the member lost (once) and closes its connections, so that
-// its neighbours see the break and pass it on along the ring.
+// fail marks the member lost for good (once) and closes its connections,
+// so that its neighbours see the break and pass it on along the ring.
 func (m *Member) fail(err error) {
 	m.mu.Lock()
 	if m.lostErr != nil {
@@ -235,90 +260,52 @@ func (m *Member) fail(err error) {
 		return
 	}
 	m.lostErr = err
-	in, out := m.inConn, m.outConn
+	r, in := m.ring, m.pendIn
+	m.pendIn = nil
 	m.mu.Unlock()
 	close(m.lost)
+	if r != nil {
+		r.brk(err)
+	}
 	if in != nil {
 		in.Close()
-	}
-	if out != nil {
-		out.Close()
 	}
 	if err != nil && !errors.Is(err, errMemberClosed) {
 		m.log.Warn("pipeline lost", "err", err)
 	}
 }
 
-// lostError is the error of a lost member, wrapping ErrStageLost.
-func (m *Member) lostError() error {
+// Lost is closed when the member is lost for good: closed, its first ring
+// never came up, a broken ring did not come up again within HealTimeout,
+// or broke after Join's ctx ended. Err says why.
+func (m *Member) Lost() <-chan struct{} { return m.lost }
+
+// Err is why the member was lost (nil while it is not).
+func (m *Member) Err() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return fmt.Errorf("%w: %s epoch %d stage %d: %v", ErrStageLost, m.key.model, m.key.epoch, m.cfg.Self, m.lostErr)
+	if m.lostErr == nil {
+		return nil
+	}
+	return fmt.Errorf("pipeline %s epoch %d stage %d: %w", m.key.model, m.key.epoch, m.cfg.Self, m.lostErr)
+}
+
+// lostError is the error of jobs that the pipeline could not finish,
+// wrapping ErrStageLost: the member is lost, or the ring broke under them
+// (cause, when known).
+func (m *Member) lostError(cause error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lostErr != nil {
+		cause = m.lostErr
+	}
+	if cause == nil {
+		cause = errors.New("the ring broke and re-connected since")
+	}
+	return fmt.Errorf("%w: %s epoch %d stage %d: %v", ErrStageLost, m.key.model, m.key.epoch, m.cfg.Self, cause)
 }
 
 var errMemberClosed = errors.New("member closed")
-
-// run connects the member and then serves: the head's replies (stage 0)
-// or the stage's frames.
-func (m *Member) run() {
-	defer m.wg.Done()
-	out, in, err := m.connect()
-	if err != nil {
-		m.fail(err)
-		return
-	}
-	close(m.ready)
-	if m.head != nil {
-		m.fail(m.head.receive(in))
-		return
-	}
-	m.fail(m.serve(in, out))
-}
-
-// connect dials the next stage and waits for the previous stage's
-// connection.
-func (m *Member) connect() (out, in *Conn, err error) {
-	ctx, cancel := context.WithTimeout(m.ctx, connectWait)
-	defer cancel()
-	next := (m.cfg.Self + 1) % len(m.cfg.Plan.Stages)
-	addr := m.cfg.Plan.Stages[next].Addr
-	h, _ := json.Marshal(hello{Model: m.key.model, Epoch: m.key.epoch, From: m.cfg.Self, To: next})
-	wait := 20 * time.Millisecond
-	for {
-		c, err := Dial(ctx, addr, m.srv.cfg.Transport)
-		if err == nil {
-			if want := m.cfg.Plan.Stages[next].Worker; c.Peer() != want {
-				c.Close()
-				return nil, nil, fmt.Errorf("stage %d at %s is node %q, the plan says %q", next, addr, c.Peer(), want)
-			}
-			if err = c.Send(ctx, &Frame{Kind: Hello, Payload: h}); err == nil {
-				out = c
-				break
-			}
-			c.Close()
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("connect to stage %d at %s: %w (last: %v)", next, addr, ctx.Err(), err)
-		case <-time.After(wait):
-			wait = min(2*wait, time.Second)
-		}
-	}
-	m.mu.Lock()
-	if m.lostErr != nil {
-		m.mu.Unlock()
-		out.Close()
-		return nil, nil, m.lostErr
-	}
-	m.outConn = out
-	m.mu.Unlock()
-	select {
-	case in = <-m.in:
-		return out, in, nil
-	case <-ctx.Done():
-		return nil, nil, fmt.Errorf("no connection from the previous stage: %w", ctx.Err())
-	}
-}
 
 // stageSeq is a sequence as a stage other than the first keeps it.
 type stageSeq struct {
@@ -539,19 +526,19 @@ func (m *Member) busy(t0 time.Time) {
 // closed when the plan changes.
 func (m *Member) Close() error {
 	m.closeOnce.Do(func() {
-		m.fail(errMemberClosed)
+		m.mu.Lock()
+		m.closing = true // refuse late connections
+		m.mu.Unlock()
 		m.cancel()
+		m.fail(errMemberClosed)
 		m.srv.remove(m.key, m)
 		m.wg.Wait()
 		m.mu.Lock()
-		if !m.gotIn {
-			m.gotIn = true // refuse late connections
-		}
+		in := m.pendIn
+		m.pendIn = nil
 		m.mu.Unlock()
-		select {
-		case c := <-m.in:
-			c.Close()
-		default:
+		if in != nil {
+			in.Close()
 		}
 		if m.head != nil {
 			m.closeErr = m.head.r.Close()

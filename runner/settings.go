@@ -63,6 +63,18 @@ func (k KVCache) Apply(f16, q8 *bool) {
 // (engine.KVBudgeter: the working set less the uploaded weights) or take
 // the engine's default.
 func (s Settings) Config(modelDir, name string) Config {
+	return s.config(modelDir, name, func() int64 { return WeightBytes(modelDir) })
+}
+
+// StageConfig is Config for a pipeline stage of the model at modelDir
+// whose own weights are weights bytes: the same flags and rules, the
+// derived KV budget from the stage's weights (the memory the stage leaves
+// on this machine), not the whole model's.
+func (s Settings) StageConfig(modelDir, name string, weights int64) Config {
+	return s.config(modelDir, name, func() int64 { return weights })
+}
+
+func (s Settings) config(modelDir, name string, weights func() int64) Config {
 	cfg := DefaultConfig()
 	cfg.ModelDir = modelDir
 	cfg.ModelName = name
@@ -76,7 +88,7 @@ func (s Settings) Config(modelDir, name string) Config {
 	s.KVCache.Apply(&cfg.KVF16, &cfg.KVQ8)
 	cfg.KVBytes = s.KVBytes
 	if cfg.KVBytes == 0 && cfg.Backend == "cpu" {
-		cfg.KVBytes = defaultKVBytes(WeightBytes(modelDir))
+		cfg.KVBytes = defaultKVBytes(weights())
 	}
 	return cfg
 }

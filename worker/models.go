@@ -56,9 +56,9 @@ type ModelsConfig struct {
 	Load func(ctx context.Context, name, path string) (eng Engine, close func() error, err error)
 	// LoadStage loads this worker's stage of a pipelined model from path
 	// (a whole copy, or one holding only the stage's ranges) and joins the
-	// plan; eng is nil unless the worker runs the first stage, whose engine
-	// serves the model's jobs. Nil: the worker takes no stages.
-	LoadStage func(ctx context.Context, name, path string, plan cluster.PipelinePlan) (eng Engine, close func() error, err error)
+	// plan (stages.go, Stage). ctx ends when the install is unloaded. Nil:
+	// the worker takes no stages.
+	LoadStage func(ctx context.Context, name, path string, plan cluster.PipelinePlan) (Stage, error)
 	// Layout reads the layout of the model at path (headers only), for the
 	// leader's pipeline placement. Nil: never reported.
 	Layout func(path string) (*admin.ModelLayout, error)
@@ -539,8 +539,10 @@ func (w *Worker) install(ctx, ictx context.Context, m cluster.AssignedModel, pm 
 		})
 		var eng Engine
 		var closeEng func() error
+		var stage Stage
 		if m.Plan != nil {
-			eng, closeEng, err = w.placed.cfg.LoadStage(ictx, m.Name, path, *m.Plan)
+			stage, err = w.placed.cfg.LoadStage(ictx, m.Name, path, *m.Plan)
+			eng, closeEng = stage.Engine, stage.Close
 		} else {
 			eng, closeEng, err = w.placed.cfg.Load(ictx, m.Name, path)
 		}
@@ -549,7 +551,11 @@ func (w *Worker) install(ctx, ictx context.Context, m cluster.AssignedModel, pm 
 				return
 			}
 			log.Warn("load model", "path", path, "err", err)
-			w.setProgress(pm, func(p *cluster.ModelProgress) { p.State, p.Error = cluster.ModelFailed, fmt.Sprintf("load: %v", err) })
+			// A stage that does not load here is reported failed: the
+			// leader re-places the model without this worker (stages.go).
+			w.setProgress(pm, func(p *cluster.ModelProgress) {
+				p.State, p.Error, p.StageFailed = cluster.ModelFailed, fmt.Sprintf("load: %v", err), m.Plan != nil
+			})
 			continue
 		}
 		w.placed.mu.Lock()
@@ -559,7 +565,11 @@ func (w *Worker) install(ctx, ictx context.Context, m cluster.AssignedModel, pm 
 			return
 		}
 		pm.eng, pm.closeEng = eng, closeEng
-		pm.progress.State = cluster.ModelReady
+		pm.progress.State, pm.progress.StageFailed = cluster.ModelReady, false
+		if stage.Lost != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); w.watchStage(ictx, pm, stage) }() // stages.go
+		}
 		for i := 0; i < w.cfg.Slots && eng != nil; i++ { // a later pipeline stage takes no jobs
 			pm.loops.Add(1)
 			wg.Add(1)

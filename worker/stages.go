@@ -11,10 +11,15 @@ package worker
 //     model's jobs, so only that worker gossips the model and pulls its
 //     queue.
 // A new plan (epoch) is a new assignment: the old install is unloaded and
-// the new one started. When a stage dies under a running job the engine
-// fails it with ErrEngineLost: the job goes back to the coordinator (a
-// handoff, resumed from its tokens on the re-placed pipeline) and the model
-// takes no more jobs here until its plan changes.
+// the new one started. When a link between stages breaks under a running
+// job the engine fails it with ErrEngineInterrupted: the job goes back to
+// the coordinator (a handoff, resumed from its tokens) and runs here again
+// once the stages re-connected. When the pipeline is lost for good (a
+// stage died, or the ring did not come up again: Stage.Lost) the job fails
+// with ErrEngineLost and the model takes no more jobs here until its plan
+// changes; a stage that does not load, or whose pipeline is lost, is
+// reported failed (ModelProgress.StageFailed) so that the leader re-places
+// the model without this worker.
 
 import (
 	"context"
@@ -38,6 +43,49 @@ import (
 // died). The worker hands the job back to the coordinator, which resumes
 // it elsewhere from its tokens, and stops taking the model's jobs.
 var ErrEngineLost = errors.New("worker: engine lost")
+
+// ErrEngineInterrupted is wrapped by an engine's error when a job could
+// not finish through no fault of the job while the engine still serves (a
+// link between pipeline stages broke and is being re-connected). The worker
+// hands the job back, which resumes it from its tokens, and keeps the model.
+var ErrEngineInterrupted = errors.New("worker: engine interrupted")
+
+// Stage is a pipeline stage that ModelsConfig.LoadStage loaded and joined
+// to its plan.
+type Stage struct {
+	// Engine serves the model's jobs on the first stage; nil on the others.
+	Engine Engine
+	// Close leaves the plan and releases the stage.
+	Close func() error
+	// Lost, if not nil, is closed when the stage can serve no more (its
+	// pipeline never came up, or broke and was not re-connected in time);
+	// Err then says why. The worker reports the stage failed, for the
+	// plan's epoch, and unloads it.
+	Lost <-chan struct{}
+	Err  func() error
+}
+
+// watchStage reports pm's stage failed and unloads it when its pipeline is
+// lost for good; it returns when ctx (the install's) ends first.
+func (w *Worker) watchStage(ctx context.Context, pm *placedModel, st Stage) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-st.Lost:
+	}
+	if ctx.Err() != nil {
+		return // lost because it is being unloaded (Close, or no more healing)
+	}
+	msg := "pipeline lost"
+	if st.Err != nil {
+		if err := st.Err(); err != nil {
+			msg = err.Error()
+		}
+	}
+	w.log.Warn("pipelined model's stage lost; reporting it failed", "model", pm.name, "assignment", pm.key, "err", msg)
+	w.setProgress(pm, func(p *cluster.ModelProgress) { p.State, p.Error, p.StageFailed = cluster.ModelFailed, msg, true })
+	w.engineLost(pm)
+}
 
 // assignKey identifies what an assignment asks of this worker: a change is
 // a new install.

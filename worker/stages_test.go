@@ -2,9 +2,12 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/macpool/macpool/api/admin"
 	"github.com/macpool/macpool/cluster"
@@ -103,5 +106,48 @@ func TestEngineLostOnlyItsInstall(t *testing.T) {
 	defer w.placed.mu.Unlock()
 	if _, ok := w.placed.models["m"]; ok || w.placed.lost["m"] != "plan 5" {
 		t.Fatalf("the current install's lost engine: models %v lost %v, want it gone until another plan", w.placed.models, w.placed.lost)
+	}
+}
+
+// TestStageLostReported: when a loaded stage's pipeline is lost for good
+// (Stage.Lost), the worker reports the stage failed for its plan
+// (StageFailed, the stage's error), so that the leader re-places the
+// model, and unloads it until its plan changes; an install whose ctx ended
+// first (unloaded) reports nothing.
+func TestStageLostReported(t *testing.T) {
+	w := &Worker{changed: make(chan struct{}, 1), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w.placed.models, w.placed.lost = map[string]*placedModel{}, map[string]string{}
+	closed := make(chan struct{})
+	_, cancel := context.WithCancel(context.Background())
+	pm := &placedModel{name: "m", key: "plan 7", cancel: cancel, done: make(chan struct{}), eng: &TestEngine{},
+		closeEng: func() error { close(closed); return nil },
+		progress: cluster.ModelProgress{Worker: "w", Model: "m", State: cluster.ModelReady, Epoch: 7}}
+	close(pm.done)
+	w.placed.models["m"] = pm
+	lost := make(chan struct{})
+	close(lost)
+	w.watchStage(context.Background(), pm, Stage{Lost: lost, Err: func() error { return errors.New("ring gave up") }})
+	w.placed.mu.Lock()
+	p, inModels, key := pm.progress, w.placed.models["m"] != nil, w.placed.lost["m"]
+	w.placed.mu.Unlock()
+	if p.State != cluster.ModelFailed || !p.StageFailed || p.Epoch != 7 || !strings.Contains(p.Error, "ring gave up") {
+		t.Errorf("progress %+v, want failed with StageFailed for epoch 7 and the stage's error", p)
+	}
+	if inModels || key != "plan 7" {
+		t.Errorf("model still installed (%v) or not marked lost (%q)", inModels, key)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lost stage was not unloaded")
+	}
+
+	// Unloaded first: nothing reported.
+	pm2 := &placedModel{name: "m", key: "plan 8", progress: cluster.ModelProgress{State: cluster.ModelReady}}
+	ctx, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	w.watchStage(ctx, pm2, Stage{Lost: make(chan struct{})})
+	if pm2.progress.State != cluster.ModelReady {
+		t.Errorf("an unloaded install reported %+v", pm2.progress)
 	}
 }

@@ -85,6 +85,10 @@ type Config struct {
 	// caps the memory it reports, so placement gives it no more; the
 	// loader refuses bigger loads.
 	MemoryLimit int64
+	// KVBytes is the worker's --kv-bytes (0: derived): gossiped
+	// (Meta.KVBytes) so that pipeline placement reserves it for each stage
+	// placed here.
+	KVBytes int64
 	// Pipeline is the address of this worker's pipeline listener
 	// (pipeline.Server.Addr), gossiped so that placement can make it a
 	// stage of a pipelined model (stages.go); an unspecified host is
@@ -188,6 +192,7 @@ func New(cfg Config) (*Worker, error) {
 			GPUCores: hw.GPUCores, GPUWorkingMB: hw.GPUWorkingMB,
 			Models: cfg.Models, Slots: cfg.Slots, Free: cfg.Slots,
 			MemLimit: cfg.MemoryLimit,
+			KVBytes:  cfg.KVBytes,
 		},
 	}
 	if mb := cfg.MemoryLimit >> 20; cfg.MemoryLimit > 0 && (w.meta.MemoryMB == 0 || w.meta.MemoryMB > mb) {
@@ -522,11 +527,12 @@ func (w *Worker) runJob(ctx context.Context, nc *nats.Conn, msg jetstream.Msg) {
 	switch {
 	case err == nil:
 		send(cluster.FrameEnd, nil)
-	case errors.Is(err, ErrEngineLost) && jctx.Err() == nil:
-		// A pipeline stage of the model died: no fault of the job. The
-		// model stopped taking jobs here until its new plan runs
-		// (placedEngine.lost), and the coordinator resumes the job from
-		// the client's tokens (stages.go).
+	case (errors.Is(err, ErrEngineLost) || errors.Is(err, ErrEngineInterrupted)) && jctx.Err() == nil:
+		// A pipeline stage of the model died, or a link between stages
+		// broke: no fault of the job. The coordinator resumes the job
+		// from the client's tokens (stages.go): on the re-connected
+		// pipeline here, or (lost: the model stopped taking jobs here,
+		// placedEngine.lost) on its new plan.
 		log.Info("engine lost; handing job back", "err", err)
 		send(cluster.FrameHandoff, []byte(w.cfg.Name))
 	case jctx.Err() != nil && (w.drain.handoff.Load() || ctx.Err() != nil):

@@ -176,6 +176,6 @@ func startWorker(ctx context.Context, g *errgroup.Group, cf *clusterFlags, f *wo
 		}
 		return err
 	})
-	fmt.Fprintf(stdout, "listening role=worker name=%s gossip=%s model=%s backend=%s slots=%d\n", cfg.Name, w.GossipAddr(), model, f.backend, slots)
+	fmt.Fprintf(stdout, "listening role=worker name=%s gossip=%s model=%s backend=%s slots=%d pipeline=%s\n", cfg.Name, w.GossipAddr(), model, f.backend, slots, ld.Addr())
 	return nil
 }

@@ -30,8 +30,9 @@ func (b *Backend) uploadKernel(w *Weight, h *tensor.Host) (copied bool, err erro
 		return false, nil // vectors: decoded to float32 by Upload
 	}
 	if prepare, ok := kquantPrepare[h.Format]; ok {
-		// K-quants are packed natively for the VNNI kernels or their AVX2
-		// one-row versions (kernels/kquant*.go: codes kept packed, within 3%
+		// K-quants are packed natively for the VNNI kernels, their AVX2
+		// one-row versions or the arm64 SDOT kernels (kernels/kquant*.go:
+		// the same bits on all; codes kept packed, within 3%
 		// of the file size; rows decode bit-identically, so ExactMatMul uses
 		// them too).
 		// `--quantize q8` requantizes to Q8_0 (above).
@@ -44,8 +45,8 @@ func (b *Backend) uploadKernel(w *Weight, h *tensor.Host) (copied bool, err erro
 			return false, err // malformed tensor
 		}
 		if !b.exact && h.Cols()%32 == 0 {
-			// No native kernel on this machine (arm64 NEON, x86 without
-			// AVX2): requantized to Q8_0 (1.3× a Q6_K file, 1.9× Q4_K) for
+			// No native kernel on this machine (x86 without AVX2, arm64
+			// without the dot-product extension): requantized to Q8_0 (1.3× a Q6_K file, 1.9× Q4_K) for
 			// the vectorized Q8_0 kernels, ~10× the row decoder's speed.
 			// ExactMatMul keeps the exact row decoder.
 			m, err := kernels.QuantizeMatrix(h, tensor.Q8_0)

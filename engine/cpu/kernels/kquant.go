@@ -18,8 +18,8 @@ import (
 	"github.com/macpool/macpool/engine/tensor"
 )
 
-// PrepareQ4K packs a Q4_K matrix for the VNNI kernels (ErrUnsupported
-// without VNNI) in the packed Q5_K layout without the fifth bit
+// PrepareQ4K packs a Q4_K matrix for the packed K-quant kernels (VNNI,
+// AVX2 one-row, arm64 SDOT; ErrUnsupported without them) in the packed Q5_K layout without the fifth bit
 // (kquant5.go): 4-bit codes, the super-block's d, dmin and
 // unpacked 6-bit scales and mins, 148 bytes per row and super-block (Q4_K
 // 144). The kernels compute exactly what the MLX rewrite below does on the

@@ -44,8 +44,9 @@ const (
 	layoutQ4K    layout = 102 // a Matrix packed by PrepareQ4K (kquant.go)
 )
 
-// PrepareQ5K packs a Q5_K matrix for the VNNI kernels (ErrUnsupported
-// without VNNI: the caller keeps the row decoder or requantizes).
+// PrepareQ5K packs a Q5_K matrix for the packed K-quant kernels (VNNI,
+// AVX2 one-row, arm64 SDOT; ErrUnsupported without them: the caller keeps
+// the row decoder or requantizes).
 func PrepareQ5K(h *tensor.Host) (*Matrix, error) { return prepareKQ5(h, tensor.Q5_K) }
 
 // prepareKQ5 packs Q5_K, or Q4_K (the same layout without the H chunk:
@@ -55,7 +56,7 @@ func prepareKQ5(h *tensor.Host, f tensor.Format) (*Matrix, error) {
 		return nil, fmt.Errorf("kernels: %v %s: format %v shape %v: %w", f, h.Name, h.Format, h.Shape, ErrUnsupported)
 	}
 	if !kqPacked() {
-		return nil, fmt.Errorf("kernels: %v %s: %w (no VNNI or AVX2)", f, h.Name, ErrUnsupported)
+		return nil, fmt.Errorf("kernels: %v %s: %w (no VNNI, AVX2 or SDOT)", f, h.Name, ErrUnsupported)
 	}
 	rows, cols := h.Rows(), h.Cols()
 	if rows <= 0 || cols <= 0 || cols%tensor.QKK != 0 {

@@ -47,22 +47,22 @@ const (
 )
 
 // KQuantPacked reports whether K-quant matrices (Q4_K, Q5_K, Q6_K) have
-// native packed kernels on this machine (AVX-512 VNNI, or their one-row
-// AVX2 versions): PrepareQ4K/Q5K/Q6K succeed.
+// native packed kernels on this machine (AVX-512 VNNI, their one-row
+// AVX2 versions, or arm64 SDOT): PrepareQ4K/Q5K/Q6K succeed.
 func KQuantPacked() bool { return kqPacked() }
 
 // layoutQ6K marks a Matrix packed by PrepareQ6K.
 const layoutQ6K layout = 100
 
-// PrepareQ6K packs a Q6_K matrix for the VNNI kernels, or their one-row
-// AVX2 versions (ErrUnsupported without either: the caller keeps the row
-// decoder or requantizes).
+// PrepareQ6K packs a Q6_K matrix for the VNNI kernels, their one-row
+// AVX2 versions or the arm64 SDOT kernels (ErrUnsupported without them:
+// the caller keeps the row decoder or requantizes).
 func PrepareQ6K(h *tensor.Host) (*Matrix, error) {
 	if h.Format != tensor.Q6_K || len(h.Shape) != 2 {
 		return nil, fmt.Errorf("kernels: q6_k %s: format %v shape %v: %w", h.Name, h.Format, h.Shape, ErrUnsupported)
 	}
 	if !kqPacked() {
-		return nil, fmt.Errorf("kernels: q6_k %s: %w (no VNNI or AVX2)", h.Name, ErrUnsupported)
+		return nil, fmt.Errorf("kernels: q6_k %s: %w (no VNNI, AVX2 or SDOT)", h.Name, ErrUnsupported)
 	}
 	rows, cols := h.Rows(), h.Cols()
 	if rows <= 0 || cols <= 0 || cols%tensor.QKK != 0 {

@@ -117,7 +117,7 @@ func TestKQuantReference(t *testing.T) {
 // implementation this machine has (VNNI, AVX2 one-row kernels).
 func TestKQuantPacked(t *testing.T) {
 	if !kqPacked() {
-		t.Skip("packed K-quants need AVX-512 VNNI or AVX2; without them the backend requantizes (tested by engine/cpu)")
+		t.Skip("packed K-quants need AVX-512 VNNI, AVX2 or arm64 SDOT; without them the backend requantizes (tested by engine/cpu)")
 	}
 	r := rand.New(rand.NewPCG(63, 64))
 	for _, kq := range kquants {
