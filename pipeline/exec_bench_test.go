@@ -37,7 +37,14 @@ func benchEnv(name string, def int) int {
 // cores would. PIPELINE_BENCH_PERSTAGE=1 gives every stage all of them
 // instead, so that the difference to one stage is the hops' overhead.
 // PIPELINE_BENCH_SHAPE (default tiny), _LAYERS (0: all), _QUANT (q8_0),
-// _PROMPT (32) and _GEN (32) pick the model and the requests. Run with
+// _PROMPT (32) and _GEN (32) pick the model and the requests;
+// _STAGES (1,2,3) and _STREAMS (1,8) the runs; _LANES the Head's
+// scheduler lanes (0: the default), _GROUPS the micro-batches per ring
+// turn (MemberConfig.Groups; 0: measured; a list runs each, e.g. 0,3,1),
+// _SAMPLED=1 sampled requests (temperature 0.8, seeded), _LOGPROBS=N the
+// same with N top logprobs, _SERIAL_DRAWS=1 the last stage's draws one
+// after the other,
+// _REPS the times each run is repeated (interleaved). Run with
 // -benchtime 1x (each iteration is a whole run).
 func BenchmarkPipelineDecode(b *testing.B) {
 	shape := os.Getenv("PIPELINE_BENCH_SHAPE")
@@ -62,7 +69,12 @@ func BenchmarkPipelineDecode(b *testing.B) {
 	}
 	n := src.Config().NumHiddenLayers
 	secret := newSecret(b)
-	for _, stages := range []int{1, 2, 3} {
+	lanes := benchEnv("PIPELINE_BENCH_LANES", 0)
+	serialDraws = os.Getenv("PIPELINE_BENCH_SERIAL_DRAWS") == "1"
+	defer func() { serialDraws = false }()
+	groupsList := benchList("PIPELINE_BENCH_GROUPS", []int{0})
+	reps := benchEnv("PIPELINE_BENCH_REPS", 1)
+	for _, stages := range benchList("PIPELINE_BENCH_STAGES", []int{1, 2, 3}) {
 		if stages > n {
 			continue
 		}
@@ -74,9 +86,11 @@ func BenchmarkPipelineDecode(b *testing.B) {
 		// big synthetic model takes a while).
 		rc := runner.DefaultConfig()
 		rc.ModelDir, rc.TokensOnly, rc.AllowNoEOS, rc.MaxContext = b.TempDir(), true, true, promptLen+gen+64
+		rc.Lanes = lanes
 		var eng resumer
 		var closers []func()
 		var members []*Member
+		var head *Head
 		if stages == 1 {
 			be, err := engine.NewBackend(engine.Options{Threads: t, KVF16: true})
 			if err != nil {
@@ -94,35 +108,29 @@ func BenchmarkPipelineDecode(b *testing.B) {
 			closers = append(closers, func() { r.Close(); m.Close(); be.Close() })
 			eng = r
 		} else {
-			tp := benchPipeline(b, secret, src, stages, t, rc)
-			eng, members = tp.head, tp.members
+			tp := benchPipeline(b, secret, src, stages, t, rc, 0)
+			eng, members, head = tp.head, tp.members, tp.head
 		}
-		for _, streams := range []int{1, 8} {
-			b.Run(fmt.Sprintf("stages=%d/streams=%d", stages, streams), func(b *testing.B) {
-				V := src.Config().VocabSize
-				benchRun(b, eng, streams, promptLen, gen, V, -1) // warm up
-				var ttft, decode float64
-				before := make([]time.Duration, len(members))
-				for i, m := range members {
-					before[i] = m.Stats().Compute
+		groupsRuns := groupsList
+		if head == nil {
+			groupsRuns = []int{0}
+		}
+		for rep := range reps {
+			for _, streams := range benchList("PIPELINE_BENCH_STREAMS", []int{1, 8}) {
+				for _, groups := range groupsRuns {
+					name := fmt.Sprintf("stages=%d/streams=%d", stages, streams)
+					if len(groupsList) > 1 || groups != 0 {
+						name += fmt.Sprintf("/groups=%d", groups)
+					}
+					if reps > 1 {
+						name += fmt.Sprintf("/rep=%d", rep)
+					}
+					if head != nil {
+						head.shape.fixed.Store(int64(groups))
+					}
+					benchDecode(b, name, eng, head, members, src, streams, stages, promptLen, gen, t)
 				}
-				t0 := time.Now()
-				b.ResetTimer()
-				for it := range b.N {
-					tt, dr := benchRun(b, eng, streams, promptLen, gen, V, it)
-					ttft += tt
-					decode += dr
-				}
-				b.StopTimer()
-				b.ReportMetric(ttft/float64(b.N)*1e3, "ttft_ms")
-				b.ReportMetric(decode/float64(b.N), "decode_tok/s")
-				b.ReportMetric(float64(t), "threads/stage")
-				// How busy each stage was: its compute time over the wall time.
-				wall := time.Since(t0)
-				for i, m := range members {
-					b.ReportMetric(100*float64(m.Stats().Compute-before[i])/float64(wall), fmt.Sprintf("%%busy_s%d", i))
-				}
-			})
+			}
 		}
 		for _, c := range closers {
 			c()
@@ -130,10 +138,61 @@ func BenchmarkPipelineDecode(b *testing.B) {
 	}
 }
 
+// benchDecode is one run of BenchmarkPipelineDecode: streams concurrent
+// streams on eng (a runner, or the Head head over members).
+func benchDecode(b *testing.B, name string, eng resumer, head *Head, members []*Member, src *synth.Model, streams, stages, promptLen, gen, t int) {
+	b.Run(name, func(b *testing.B) {
+		V := src.Config().VocabSize
+		benchRun(b, eng, streams, promptLen, gen, V, -1) // warm up
+		var ttft, decode float64
+		var g0, m0 uint64
+		if head != nil {
+			g0, m0 = head.groups.Load(), head.merged.Load()
+		}
+		before := make([]MemberStats, len(members))
+		for i, m := range members {
+			before[i] = m.Stats()
+		}
+		t0 := time.Now()
+		b.ResetTimer()
+		for it := range b.N {
+			tt, dr := benchRun(b, eng, streams, promptLen, gen, V, it)
+			ttft += tt
+			decode += dr
+		}
+		b.StopTimer()
+		b.ReportMetric(ttft/float64(b.N)*1e3, "ttft_ms")
+		b.ReportMetric(decode/float64(b.N), "decode_tok/s")
+		b.ReportMetric(float64(t), "threads/stage")
+		if head != nil {
+			// The schedule: groups per ring turn chosen at the end,
+			// and the share of passes that merged lanes.
+			b.ReportMetric(float64(head.shape.best(shapeKey{seqs: streams, lanes: min(streams, stages)})), "groups")
+			head.shape.mu.Lock()
+			for k, rs := range head.shape.rates {
+				b.Logf("schedule: %d sequences on %d lanes: tok/s by groups %v", k.seqs, k.lanes, rs)
+			}
+			head.shape.mu.Unlock()
+			if g := head.groups.Load() - g0; g > 0 {
+				b.ReportMetric(100*float64(head.merged.Load()-m0)/float64(g), "%merged")
+			}
+		}
+		// How busy each stage was: its compute time over the wall time.
+		wall := time.Since(t0)
+		for i, m := range members {
+			st := m.Stats()
+			b.ReportMetric(100*float64(st.Compute-before[i].Compute)/float64(wall), fmt.Sprintf("%%busy_s%d", i))
+			if p := st.Passes - before[i].Passes; p > 0 {
+				b.ReportMetric((st.Compute-before[i].Compute).Seconds()*1e3/float64(p), fmt.Sprintf("ms/pass_s%d", i))
+			}
+		}
+	})
+}
+
 // benchPipeline builds the stages of src (contiguous layer ranges that
 // balance the bytes each stage reads per token: its layers, the last stage
 // also the head) each on a backend of threads cores, and joins them.
-func benchPipeline(b *testing.B, secret *cluster.Secret, src *synth.Model, stages, threads int, rc runner.Config) *testPipeline {
+func benchPipeline(b *testing.B, secret *cluster.Secret, src *synth.Model, stages, threads int, rc runner.Config, groups int) *testPipeline {
 	var models []*engine.Model
 	for _, st := range balancedStages(src, stages) {
 		be, err := engine.NewBackend(engine.Options{Threads: threads, KVF16: true})
@@ -148,7 +207,7 @@ func benchPipeline(b *testing.B, secret *cluster.Secret, src *synth.Model, stage
 		b.Cleanup(func() { m.Close() })
 		models = append(models, m)
 	}
-	return joinPipeline(b, secret, models, 1, rc, nil)
+	return joinPipeline(b, secret, models, 1, rc, func(_ int, mc *MemberConfig) { mc.Groups = groups })
 }
 
 // balancedStages splits src's layers into n contiguous stages minimising
@@ -213,6 +272,13 @@ func benchRun(b *testing.B, e resumer, streams, promptLen, gen, V, it int) (floa
 			defer wg.Done()
 			j := completion(randomTokens(1000*(it+1)+s+1, promptLen, V), gen, func(r *openai.CompletionRequest) {
 				r.Temperature, r.IgnoreEOS = ptrTo(0.0), true
+				if os.Getenv("PIPELINE_BENCH_SAMPLED") == "1" {
+					r.Temperature, r.Seed = ptrTo(0.8), ptrTo(int64(s+1))
+				}
+				if lp := benchEnv("PIPELINE_BENCH_LOGPROBS", -1); lp >= 0 {
+					// sampled with logprobs: the last stage's logprobs path
+					r.Temperature, r.Seed, r.Logprobs = ptrTo(0.8), ptrTo(int64(s+1)), ptrTo(lp)
+				}
 			})
 			t0 := time.Now()
 			var first time.Time

@@ -31,6 +31,15 @@ type Head struct {
 	compute sync.Mutex // the first stage runs one pass at a time
 	batches atomic.Uint64
 
+	// The schedule (schedule.go): lanes' passes merged into groups.
+	gate    gate
+	shape   *shaper
+	maxRows int // rows a merged pass may have (Runner.MaxBatchTokens)
+	groups  atomic.Uint64
+	merged  atomic.Uint64 // groups of more than one lane's pass
+
+	logitRows atomic.Uint64 // logits rows the last stage sent back
+
 	mu      sync.Mutex
 	waiting map[uint64]chan *Frame
 	// known are the sequences the other stages have heard of, with the
@@ -39,8 +48,12 @@ type Head struct {
 }
 
 func newHead(m *Member) (*Head, error) {
-	h := &Head{m: m, waiting: map[uint64]chan *Frame{}, known: map[uint64]uint64{}}
+	h := &Head{m: m, waiting: map[uint64]chan *Frame{}, known: map[uint64]uint64{}, shape: newShaper(m.cfg.Groups)}
 	cfg := m.cfg.Runner
+	h.maxRows = cfg.MaxBatchTokens
+	if h.maxRows <= 0 {
+		h.maxRows = runner.DefaultConfig().MaxBatchTokens
+	}
 	cfg.Model = m.cfg.Model
 	cfg.Forward = h
 	if cfg.Lanes == 0 {
@@ -193,7 +206,8 @@ func (h *Head) receive(r *ring) error {
 }
 
 // Forward implements runner.Forwarder: the first stage's layers here, the
-// rest down the pipeline.
+// rest down the pipeline. The passes of several lanes may run merged, as
+// one (schedule.go).
 func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32, []int, error) {
 	// A sequence of a broken ring fails at once, not after the wait.
 	gen := h.m.generation()
@@ -207,6 +221,81 @@ func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 	if err != nil {
 		return nil, nil, err
 	}
+	c := &call{pass: pass, done: make(chan struct{})}
+	for _, p := range pass {
+		c.rows += len(p.Tokens)
+	}
+	lanes := h.r.ActiveLanes()
+	h.mu.Lock()
+	key := shapeKey{seqs: len(h.known), lanes: lanes}
+	h.mu.Unlock()
+	m := h.shape.groups(key)
+	g, leader := h.gate.join(c, h.maxRows, max(1, (lanes+m-1)/m))
+	if !leader {
+		<-c.done
+		return c.logits, c.toks, c.err
+	}
+	h.gate.wait(g, m, lanes, groupHold)
+	h.gate.start(g)
+	h.run(ctx, r, g)
+	h.gate.finish(g)
+	steps, decode := 0, true
+	for _, c := range g.calls {
+		steps += len(c.pass)
+		decode = decode && c.rows == len(c.pass)
+	}
+	h.shape.done(key, m, steps, decode, time.Now())
+	h.groups.Add(1)
+	if len(g.calls) > 1 {
+		h.merged.Add(1)
+	}
+	for _, o := range g.calls[1:] {
+		close(o.done)
+	}
+	return c.logits, c.toks, c.err
+}
+
+// run runs a group's passes as one pass on ring r and hands each call its
+// share of the result. A call with a sequence of a broken ring generation
+// fails alone (the others' sequences may be new on r).
+func (h *Head) run(ctx context.Context, r *ring, g *group) {
+	calls := g.calls
+	if len(calls) > 1 {
+		calls = nil
+		h.mu.Lock()
+		for _, c := range g.calls {
+			if c.err = h.stale(r.gen, c.pass, false); c.err == nil {
+				calls = append(calls, c)
+			}
+		}
+		h.mu.Unlock()
+		if len(calls) == 0 {
+			return
+		}
+	}
+	pass := calls[0].pass
+	if len(calls) > 1 {
+		pass = nil
+		for _, c := range calls {
+			pass = append(pass, c.pass...)
+		}
+	}
+	logits, toks, err := h.forward(ctx, r, pass)
+	off := 0
+	for _, c := range calls {
+		n := len(c.pass)
+		if err != nil {
+			c.err = err
+		} else {
+			c.logits, c.toks = logits[off:off+n:off+n], toks[off:off+n:off+n]
+		}
+		off += n
+	}
+}
+
+// forward runs one pass on ring r: the first stage here, the rest down
+// the ring.
+func (h *Head) forward(ctx context.Context, r *ring, pass []runner.PassSeq) ([][]float32, []int, error) {
 	seqs := make([]engine.Seq, len(pass))
 	f := &Frame{Kind: Data, Batch: h.batches.Add(1), Seqs: make([]Seq, len(pass)), Cols: h.m.cfg.Model.Config().HiddenSize}
 	var params samplerParams
@@ -220,7 +309,11 @@ func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 		f.Seqs[i] = Seq{ID: p.ID, Pos: p.Cache.Len(), PromptEnd: p.PromptEnd, AllLogits: p.AllLogits, Greedy: p.Greedy,
 			Sample: p.Sample != nil, Snapshot: p.Snapshot, Embed: p.Embed, Tokens: p.Tokens}
 		if p.Sample != nil {
-			params = append(params, *p.Sample)
+			sr := sampleReq{Params: *p.Sample}
+			if p.Choice != nil {
+				sr.Logprobs = ptr(len(p.Choice.Top))
+			}
+			params = append(params, sr)
 		}
 		f.Rows += len(p.Tokens)
 	}
@@ -257,6 +350,7 @@ func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 		case s.Logits:
 			logits[i] = res.Hidden[row*res.Cols : (row+1)*res.Cols : (row+1)*res.Cols]
 			row++
+			h.logitRows.Add(1)
 			if pass[i].Greedy {
 				toks[i] = engine.Argmax(logits[i])
 			}
@@ -266,8 +360,13 @@ func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32,
 			return nil, nil, fmt.Errorf("pipeline %s: result for sequence %d has neither a token nor logits", h.m.key.model, s.ID)
 		}
 	}
+	if err := fillChoices(res.Payload, pass, toks); err != nil {
+		return nil, nil, fmt.Errorf("pipeline %s: %w", h.m.key.model, err)
+	}
 	return logits, toks, nil
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // Attach implements runner.Forwarder: the other stages attach what they
 // have of the prefix; the answer is what the last of them holds, which no

@@ -31,6 +31,10 @@ type MemberConfig struct {
 	// (Model and Forward are set by Join); every stage takes its KV pool
 	// settings from it (KVBlockSize must be the same on every stage).
 	Runner runner.Config
+	// Groups, on stage 0, fixes the micro-batches per ring turn: the
+	// lanes' passes are merged into at most Groups passes (docs/engine.md,
+	// "Pipeline execution"). 0: chosen by measurement.
+	Groups int
 	// ConnectTimeout bounds the wait for the first ring (0: 60 s);
 	// HealTimeout how long a broken ring is re-connected before the member
 	// gives up (0: 30 s; ring.go).
@@ -45,6 +49,8 @@ func (c MemberConfig) Validate() error {
 		return errors.New("pipeline member: the stage's model is required")
 	case c.Self < 0 || c.Self >= len(c.Plan.Stages):
 		return fmt.Errorf("pipeline member: self %d is not a stage of the %d-stage plan", c.Self, len(c.Plan.Stages))
+	case c.Groups < 0:
+		return fmt.Errorf("pipeline member: groups %d must not be negative", c.Groups)
 	case len(c.Plan.Stages) < 2:
 		return fmt.Errorf("pipeline member: plan %s has %d stages; a pipeline has at least 2", c.Plan.Model, len(c.Plan.Stages))
 	case c.ConnectTimeout < 0 || c.HealTimeout < 0:
@@ -426,7 +432,7 @@ func (m *Member) attach(seqs map[uint64]*stageSeq, s *Seq) error {
 
 // samplerParams is a data frame's payload: the parameters of its sampled
 // sequences, in frame order.
-type samplerParams []sample.Params
+type samplerParams []sampleReq
 
 // forward runs a data frame through the stage: the next data frame, or on
 // the last stage the result for the head.
@@ -470,23 +476,15 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 		return f, nil
 	}
 	*res = Frame{Kind: Result, Batch: f.Batch, Seqs: res.Seqs[:0], Hidden: res.Hidden[:0]}
-	k := 0
+	drawn, lps, err := draw(f.Seqs, sts, params, out.Logits) // logprobs.go
+	if err != nil {
+		return nil, err
+	}
 	for i, s := range f.Seqs {
 		r := Seq{ID: s.ID}
 		switch {
 		case s.Sample:
-			if k >= len(params) {
-				return nil, fmt.Errorf("sequence %d: no sampler parameters", s.ID)
-			}
-			st := sts[i]
-			if st.sampler == nil {
-				if st.sampler, err = sample.New(params[k]); err != nil {
-					return nil, err
-				}
-			}
-			k++
-			pe := min(s.PromptEnd, len(st.hist))
-			r.Tokens = []int{st.sampler.Sample(out.Logits[i], st.hist[:pe], st.hist[pe:])}
+			r.Tokens = []int{drawn[i]}
 		case s.Greedy && out.Tokens[i] >= 0:
 			r.Tokens = []int{out.Tokens[i]}
 		default:
@@ -496,6 +494,11 @@ func (m *Member) forward(ctx context.Context, seqs map[uint64]*stageSeq, f, res 
 			res.Rows++
 		}
 		res.Seqs = append(res.Seqs, r)
+	}
+	if len(lps) > 0 {
+		if res.Payload, err = json.Marshal(lps); err != nil {
+			return nil, fmt.Errorf("logprobs: %w", err)
+		}
 	}
 	return res, nil
 }

@@ -47,11 +47,12 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 	// pick it (on a GPU only the id comes back): greedy, nothing that
 	// changes or reports the logits.
 	greedy := greedyParams(params) && !p.logprobs && !p.score && p.segments == nil
-	// Over a pipeline the last stage draws the other plain sampled steps
-	// (same sampler, seed and step), so only the id comes back; logprobs
-	// and constraints need the logits here.
+	// Over a pipeline the last stage draws the other sampled steps (same
+	// sampler, seed and step), so only the id comes back — with the
+	// logprobs of the raw logits where the request reports or scores them;
+	// constraints need the logits here.
 	var remote *sample.Params
-	if !greedy && e.fwd.Samples() && !p.logprobs && !p.score && p.segments == nil {
+	if !greedy && e.fwd.Samples() && p.segments == nil {
 		remote = &params
 	}
 	cache, err := e.newCache()
@@ -66,6 +67,9 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 		r := &stepReq{ctx: ctx, s: s, tokens: tokens, first: first}
 		if gen >= p.minTokens {
 			r.greedy, r.sample = greedy, remote
+			if remote != nil && (p.logprobs || p.score) {
+				r.choice = &sample.Choice{Top: make([]sample.TokenLogprob, max(p.top, 0))}
+			}
 		}
 		return e.stepWith(ctx, r)
 	}
@@ -157,7 +161,12 @@ func (e *Runner) runChoice(ctx context.Context, p *plan, i int, emit func(*job.E
 		}
 		gen = append(gen, id)
 		if p.logprobs || p.score {
-			c := sample.Logprobs(raw, id, p.top)
+			var c sample.Choice
+			if sr.choice != nil {
+				c = *sr.choice // drawn with its logprobs on the last stage
+			} else {
+				c = sample.Logprobs(raw, id, p.top)
+			}
 			if p.logprobs {
 				out.logprob(c)
 			}

@@ -41,6 +41,11 @@ type PassSeq struct {
 	// parameters at the sequence's step: its prompt is the first PromptEnd
 	// tokens it holds, its generated tokens the rest (sample.Sampler.Sample).
 	Sample *sample.Params
+	// Choice, with Sample, asks for the log-probabilities of the drawn
+	// token and of the Choice.Top-length most likely ones
+	// (sample.Logprobs of the raw logits, len(Choice.Top) = topN on the
+	// way in): Forward fills *Choice, so that only those come back.
+	Choice *sample.Choice
 	// Snapshot: the runner saves the sequence's recurrent state after this
 	// pass (engine.Cache.SaveSnapshot); the other stages do the same.
 	Snapshot bool

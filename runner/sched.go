@@ -51,6 +51,20 @@ func (e *Runner) newSeq(cache *engine.Cache, promptEnd int) *seq {
 	return &seq{cache: cache, res: make(chan stepResult, 1), promptEnd: promptEnd, id: e.seqIDs.Add(1), lane: l}
 }
 
+// ActiveLanes is the number of scheduler lanes with sequences now (a
+// pipeline Head merges the passes of that many lanes: package pipeline).
+func (e *Runner) ActiveLanes() int {
+	e.laneMu.Lock()
+	defer e.laneMu.Unlock()
+	n := 0
+	for _, l := range e.lanes {
+		if l.seqs > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // errClosed is returned to sequences still running when the Engine closes.
 var errClosed = errors.New("serve: engine closed")
 
@@ -88,12 +102,14 @@ type stepReq struct {
 	first  bool           // the sequence's first step (its prompt)
 	greedy bool           // only the argmax of the last logits is needed (engine.Seq.Greedy)
 	sample *sample.Params // the Forwarder draws the token with these parameters (Forwarder.Samples)
+	choice *sample.Choice // with sample: the Forwarder also fills its logprobs (PassSeq.Choice)
 	hashes []uint64       // block hashes of tokens (twin detection), computed on demand
 }
 
 type stepResult struct {
-	logits []float32 // nil when the step was greedy and the backend picked token
-	token  int       // greedy steps: the argmax of the logits
+	logits []float32      // nil when the step was greedy and the backend picked token
+	token  int            // greedy steps: the argmax of the logits
+	choice *sample.Choice // the Forwarder drew token and computed its logprobs (stepReq.choice)
 	cached int
 	err    error
 }
@@ -225,6 +241,9 @@ func (e *Runner) loop(l *lane) {
 				ID: s.id, Snapshot: s.snapAt > 0 && s.cache.Len()+it.n == s.snapAt}
 			if it.r.off+it.n == len(it.r.tokens) {
 				pass[i].Sample = it.r.sample // only the step's last chunk draws
+				if it.r.sample != nil {
+					pass[i].Choice = it.r.choice
+				}
 			}
 		}
 		t0 := time.Now()
@@ -245,7 +264,7 @@ func (e *Runner) loop(l *lane) {
 			}
 			if r.off == len(r.tokens) {
 				st.awaiting[s] = true
-				e.answer(st, r, stepResult{logits: logits[i], token: toks[i], cached: r.cached})
+				e.answer(st, r, stepResult{logits: logits[i], token: toks[i], cached: r.cached, choice: pass[i].Choice})
 			}
 		}
 	}
