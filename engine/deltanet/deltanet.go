@@ -172,10 +172,14 @@ func (in Inputs) check(d Dims, state, out []float32) {
 // The rule runs in float64 and rounds to float32 only at its outputs and the stored state:
 // its output is later RMS-normalised per head, which amplifies rounding error when a
 // head's output is small (it happens in the fixtures: a head with mean square ~1e-6 at the
-// 1e-6 epsilon), so the extra precision keeps us within the reference's own rounding.
+// 1e-6 epsilon), so the extra precision keeps us within the reference's own rounding. The
+// loops are the vector kernels of kernels.go (one FMA chain per output element), with
+// every dot product written as a column of a product with a transposed matrix, so that
+// no result depends on a vector width.
 type headData struct {
 	q, k, v, g, beta, S []float64
-	G, A, U, W, P       []float64
+	G, A, P, E, KT, KTe []float64
+	U, W, tq, o         []float64
 }
 
 func gatherHead(d Dims, in Inputs, h int, hd *headData, state []float32) {
@@ -192,23 +196,17 @@ func gatherHead(d Dims, in Inputs, h int, hd *headData, state []float32) {
 	for t := 0; t < T; t++ {
 		l2normScaled(hd.q[t*dk:(t+1)*dk], in.Q[t*kd+kh*dk:t*kd+(kh+1)*dk], scale)
 		l2normScaled(hd.k[t*dk:(t+1)*dk], in.K[t*kd+kh*dk:t*kd+(kh+1)*dk], 1)
-		for j, v := range in.V[t*vd+h*dv : t*vd+(h+1)*dv] {
-			hd.v[t*dv+j] = float64(v)
-		}
+		widen64(hd.v[t*dv:(t+1)*dv], in.V[t*vd+h*dv:t*vd+(h+1)*dv])
 		hd.g[t] = float64(in.G[t*nv+h])
 		hd.beta[t] = float64(in.Beta[t*nv+h])
 	}
 	hd.S = grow(hd.S, dk*dv)
-	for i, v := range state[h*dk*dv : (h+1)*dk*dv] {
-		hd.S[i] = float64(v)
-	}
+	widen64(hd.S, state[h*dk*dv:(h+1)*dk*dv])
 }
 
 func storeState(d Dims, h int, hd *headData, state []float32) {
 	n := d.KeyDim * d.ValueDim
-	for i, v := range hd.S[:n] {
-		state[h*n+i] = float32(v)
-	}
+	narrow32(state[h*n:(h+1)*n], hd.S[:n])
 }
 
 func grow(b []float64, n int) []float64 {
@@ -244,6 +242,10 @@ func RecurrentInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
 // recurrentHead runs rows [t0, t1) token by token. With round, the state is rounded to
 // float32 between tokens, as storing it between one-token calls (decode steps) does (the
 // caller stores, or rounds, the state after the last one).
+//
+// One token: with S the incoming state [KeyDim, ValueDim] and decay exp(g),
+// delta = beta (v - decay Sᵀk), S' = decay S + k deltaᵀ, o = S'ᵀq: three passes over S
+// (the decayed state is never stored on its own).
 func recurrentHead(d Dims, hd *headData, t0, t1 int, out []float32, h int, round bool) {
 	dk, dv := d.KeyDim, d.ValueDim
 	vd := d.NumValueHeads * dv
@@ -255,30 +257,14 @@ func recurrentHead(d Dims, hd *headData, t0, t1 int, out []float32, h int, round
 		decay := math.Exp(hd.g[t])
 		beta := hd.beta[t]
 		clear(delta)
-		for i := 0; i < dk; i++ {
-			row := S[i*dv : (i+1)*dv]
-			ki := k[i]
-			for j := range row {
-				row[j] *= decay
-				delta[j] += row[j] * ki
-			}
-		}
+		gemv64(delta, k, S, dk, dv, dv, 1)
 		for j := range delta {
-			delta[j] = (v[j] - delta[j]) * beta
+			delta[j] = (v[j] - decay*delta[j]) * beta
 		}
+		ger64(S, k, delta, dk, dv, dv, decay)
 		clear(o)
-		for i := 0; i < dk; i++ {
-			row := S[i*dv : (i+1)*dv]
-			ki, qi := k[i], q[i]
-			for j := range row {
-				row[j] += ki * delta[j]
-				o[j] += row[j] * qi
-			}
-		}
-		dst := out[t*vd+h*dv : t*vd+(h+1)*dv]
-		for j, x := range o {
-			dst[j] = float32(x)
-		}
+		gemv64(o, q, S, dk, dv, dv, 1)
+		narrow32(out[t*vd+h*dv:t*vd+(h+1)*dv], o)
 		if round && t < t1-1 {
 			roundState(S)
 		}
@@ -343,6 +329,9 @@ func CanonicalInto(r Runner, d Dims, in Inputs, pos, prompt int, from, to, out [
 	})
 }
 
+// up8 rounds n up to a multiple of 8 (the kernels' vector width; ChunkSize is one).
+func up8(n int) int { return (n + 7) &^ 7 }
+
 // chunkedHead runs rows [t0, t1) in chunks: the first of at most first rows, then of
 // ChunkSize. With round, the state is rounded to float32 between chunks (the caller
 // stores, or rounds, it after the last one).
@@ -352,14 +341,20 @@ func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, 
 	C := ChunkSize
 	S := hd.S
 	hd.G = grow(hd.G, C)
-	hd.A = grow(hd.A, C*C) // strictly lower: beta_i k_i.k_j exp(G_i-G_j)
+	hd.A = grow(hd.A, C*C)      // strictly lower: -beta_i k_i.k_j exp(G_i-G_j)
+	hd.P = grow(hd.P, C*C)      // lower: q_i.k_j exp(G_i-G_j), zero above
+	hd.E = grow(hd.E, C*C)      // lower: exp(G_i-G_j)
+	hd.KT = grow(hd.KT, dk*C)   // Kᵀ: KT[x*C+j] = k_j[x]
+	hd.KTe = grow(hd.KTe, dk*C) // KTe[x*C+i] = exp(G_last-G_i) k_i[x]
 	hd.U = grow(hd.U, C*dv)
 	hd.W = grow(hd.W, C*dk)
-	hd.P = grow(hd.P, C+dv) // one row of the intra-chunk attention, one output row
-	G, A, U, W := hd.G, hd.A, hd.U, hd.W
-	P, o := hd.P[:C], hd.P[C:C+dv]
+	hd.tq = grow(hd.tq, C*dk) // -W, then exp(G) Q
+	hd.o = grow(hd.o, C*dv)
+	G, A, P, E, KT, KTe, U, W := hd.G, hd.A, hd.P, hd.E, hd.KT, hd.KTe, hd.U, hd.W
+	tq, o := hd.tq, hd.o
 	for c0, L := t0, min(first, C); c0 < t1; c0, L = c0+L, C {
 		L = min(L, t1-c0)
+		Lp := up8(L)
 		q := hd.q[c0*dk : (c0+L)*dk]
 		k := hd.k[c0*dk : (c0+L)*dk]
 		v := hd.v[c0*dv : (c0+L)*dv]
@@ -369,88 +364,71 @@ func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, 
 			acc += hd.g[c0+i]
 			G[i] = acc
 		}
+		for i := 0; i < L; i++ {
+			for x := 0; x < dk; x++ {
+				KT[x*C+i] = k[i*dk+x]
+			}
+			for j := 0; j <= i; j++ {
+				E[i*C+j] = math.Exp(G[i] - G[j])
+			}
+		}
+		// K Kᵀ and Q Kᵀ (columns up to Lp read KT's padding, never used).
+		clear(A[:L*C])
+		clear(P[:L*C])
+		gemm64(A, C, k, dk, KT, C, L, dk, Lp, 1)
+		gemm64(P, C, q, dk, KT, C, L, dk, Lp, 1)
 		// A and the right-hand sides beta*V, beta*exp(G)*K.
 		for i := 0; i < L; i++ {
-			ki := k[i*dk : (i+1)*dk]
 			for j := 0; j < i; j++ {
-				A[i*C+j] = beta[i] * dot(ki, k[j*dk:(j+1)*dk]) * math.Exp(G[i]-G[j])
+				A[i*C+j] = -(beta[i] * A[i*C+j] * E[i*C+j])
 			}
+			for j := 0; j <= i; j++ {
+				P[i*C+j] *= E[i*C+j]
+			}
+			clear(P[i*C+i+1 : i*C+L])
 			eg := math.Exp(G[i])
 			for x := 0; x < dv; x++ {
 				U[i*dv+x] = beta[i] * v[i*dv+x]
 			}
 			for x := 0; x < dk; x++ {
-				W[i*dk+x] = beta[i] * eg * ki[x]
+				W[i*dk+x] = beta[i] * eg * k[i*dk+x]
 			}
 		}
 		// Forward substitution: (I + A) U = beta V, (I + A) W = beta exp(G) K.
 		for i := 1; i < L; i++ {
-			ui, wi := U[i*dv:(i+1)*dv], W[i*dk:(i+1)*dk]
-			for j := 0; j < i; j++ {
-				a := A[i*C+j]
-				axpy(ui, -a, U[j*dv:(j+1)*dv])
-				axpy(wi, -a, W[j*dk:(j+1)*dk])
-			}
+			gemv64(U[i*dv:(i+1)*dv], A[i*C:i*C+i], U, i, dv, dv, 1)
+			gemv64(W[i*dk:(i+1)*dk], A[i*C:i*C+i], W, i, dk, dk, 1)
 		}
 		// Vn = U - W S (in place in U).
-		for i := 0; i < L; i++ {
-			ui, wi := U[i*dv:(i+1)*dv], W[i*dk:(i+1)*dk]
-			for x := 0; x < dk; x++ {
-				axpy(ui, -wi[x], S[x*dv:(x+1)*dv])
-			}
+		for i, w := range W[:L*dk] {
+			tq[i] = -w
 		}
+		gemm64(U, dv, tq, dk, S, dv, L, dk, dv, 1)
 		// O = (exp(G) Q) S + P Vn.
 		for i := 0; i < L; i++ {
-			clear(o)
-			qi := q[i*dk : (i+1)*dk]
 			eg := math.Exp(G[i])
-			for x := 0; x < dk; x++ {
-				axpy(o, eg*qi[x], S[x*dv:(x+1)*dv])
+			for x, qx := range q[i*dk : (i+1)*dk] {
+				tq[i*dk+x] = eg * qx
 			}
-			for j := 0; j <= i; j++ {
-				P[j] = dot(qi, k[j*dk:(j+1)*dk]) * math.Exp(G[i]-G[j])
-			}
-			for j := 0; j <= i; j++ {
-				axpy(o, P[j], U[j*dv:(j+1)*dv])
-			}
-			dst := out[(c0+i)*vd+h*dv : (c0+i)*vd+(h+1)*dv]
-			for x, val := range o {
-				dst[x] = float32(val)
-			}
+		}
+		clear(o[:L*dv])
+		gemm64(o, dv, tq, dk, S, dv, L, dk, dv, 1)
+		gemm64(o, dv, P, C, U, dv, L, L, dv, 1)
+		for i := 0; i < L; i++ {
+			narrow32(out[(c0+i)*vd+h*dv:(c0+i)*vd+(h+1)*dv], o[i*dv:(i+1)*dv])
 		}
 		// S' = exp(G_last) S + sum_i exp(G_last - G_i) k_i Vn_i^T.
 		gl := G[L-1]
-		el := math.Exp(gl)
-		for x := range S {
-			S[x] *= el
-		}
 		for i := 0; i < L; i++ {
 			e := math.Exp(gl - G[i])
-			ki, ui := k[i*dk:(i+1)*dk], U[i*dv:(i+1)*dv]
 			for x := 0; x < dk; x++ {
-				axpy(S[x*dv:(x+1)*dv], e*ki[x], ui)
+				KTe[x*C+i] = e * KT[x*C+i]
 			}
 		}
+		gemm64(S, dv, KTe, C, U, dv, dk, L, dv, math.Exp(gl))
 		if round && c0+L < t1 {
 			roundState(S)
 		}
-	}
-}
-
-func dot(a, b []float64) float64 {
-	b = b[:len(a)]
-	var s float64
-	for i, v := range a {
-		s += v * b[i]
-	}
-	return s
-}
-
-// axpy: y += a*x.
-func axpy(y []float64, a float64, x []float64) {
-	x = x[:len(y)]
-	for i := range y {
-		y[i] += a * x[i]
 	}
 }
 
