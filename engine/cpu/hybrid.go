@@ -5,6 +5,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/cpu/kernels"
@@ -162,7 +163,8 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 			}
 			r0 := sq.Row + p0
 			mixed := make([]float32, n*C)
-			deltanet.CausalConv1DOn(run, mixed, x.data[r0*C:(r0+n)*C], n, C, conv, K, st.conv)
+			deltanet.CausalConv1DLinearOn(run, mixed, x.data[r0*C:(r0+n)*C], n, C, conv, K, st.conv)
+			b.siluInPlace(mixed)
 			in := deltanet.Inputs{T: n, Q: make([]float32, n*kd), K: make([]float32, n*kd), V: make([]float32, n*vd),
 				G: make([]float32, n*nv), Beta: make([]float32, n*nv)}
 			for t := 0; t < n; t++ {
@@ -182,10 +184,42 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 				deltanet.RecurrentInto(run, d, in, from, to, out)
 			}
 			from = to // later pieces continue in place
-			deltanet.GatedRMSNorm(out, out, zt.data[r0*vd:(r0+n)*vd], norm, n*nv, p.ValueDim, p.Eps)
+			b.gatedRMSNorm(out, out, zt.data[r0*vd:(r0+n)*vd], norm, n*nv, p.ValueDim, p.Eps)
 		}
 		st.commit(sq.N)
 	}
+}
+
+// siluInPlace sets x = silu(x) = x·sigmoid(x) with the vectorised exp (within 2 ulp of
+// math.Exp), on the backend's workers.
+func (b *Backend) siluInPlace(x []float32) {
+	b.parallel(len(x), 16384, func(lo, hi, w int) {
+		xx := x[lo:hi]
+		e := negExp(b.scratchBuf(w, hi-lo)[:hi-lo], xx)
+		for i, v := range xx {
+			xx[i] = v / (1 + e[i])
+		}
+	})
+}
+
+// gatedRMSNorm is deltanet.GatedRMSNorm on the backend's workers, with silu(z) from the
+// vectorised exp: y = w * rmsnorm(x) * silu(z) for n rows of width dim (out may alias x).
+func (b *Backend) gatedRMSNorm(out, x, z, w []float32, n, dim int, eps float32) {
+	b.parallel(n, max(1, 4096/dim), func(lo, hi, wk int) {
+		e := b.scratchBuf(wk, dim)
+		for r := lo; r < hi; r++ {
+			xr, zr, or := x[r*dim:(r+1)*dim], z[r*dim:(r+1)*dim], out[r*dim:(r+1)*dim]
+			var ss float64
+			for _, v := range xr {
+				ss += float64(v) * float64(v)
+			}
+			inv := 1 / math.Sqrt(ss/float64(dim)+float64(eps))
+			negExp(e, zr)
+			for i, v := range xr {
+				or[i] = float32(float64(w[i]) * float64(v) * inv * float64(zr[i]/(1+e[i])))
+			}
+		}
+	})
 }
 
 // deltaPiece is the most tokens of one sequence GatedDeltaNet processes at once.

@@ -84,27 +84,63 @@ func CausalConv1D(out, x []float32, T, C int, w []float32, K int, state []float3
 
 // CausalConv1DOn is CausalConv1D with channels spread by r.
 func CausalConv1DOn(r Runner, out, x []float32, T, C int, w []float32, K int, state []float32) {
+	causalConv(r, out, x, T, C, w, K, state, true)
+}
+
+// CausalConv1DLinearOn is CausalConv1DOn without the SiLU: out is the convolution rounded
+// to float32 (a backend applies the activation with its own vector exp).
+func CausalConv1DLinearOn(r Runner, out, x []float32, T, C int, w []float32, K int, state []float32) {
+	causalConv(r, out, x, T, C, w, K, state, false)
+}
+
+// convBlock is the number of channels a conv worker keeps in its float64 accumulators:
+// loops run token-major over a block, so rows are read contiguously.
+const convBlock = 512
+
+func causalConv(r Runner, out, x []float32, T, C int, w []float32, K int, state []float32, act bool) {
 	if len(x) < T*C || len(out) < T*C || len(w) < C*K || len(state) < (K-1)*C {
 		panic("deltanet: CausalConv1D slice too short")
 	}
 	S := K - 1
-	// input returns token s of state++x, s in [-S, T).
-	at := func(s, c int) float32 {
-		if s < 0 {
-			return state[(s+S)*C+c]
-		}
-		return x[s*C+c]
-	}
-	r.run(C, max(1, 4096/max(T*K, 1)), func(c0, c1 int) {
-		for c := c0; c < c1; c++ {
-			wc := w[c*K : c*K+K]
-			for t := 0; t < T; t++ {
-				var acc float64
-				base := t - S
+	blocks := (C + convBlock - 1) / convBlock
+	r.run(blocks, max(1, 8192/max(T*K*convBlock, 1)), func(b0, b1 int) {
+		acc := make([]float64, convBlock)
+		wT := make([]float64, K*convBlock) // wT[j*convBlock+c] = w[(c0+c)*K+j]
+		for b := b0; b < b1; b++ {
+			c0, c1 := b*convBlock, min(C, (b+1)*convBlock)
+			n := c1 - c0
+			for c := 0; c < n; c++ {
 				for j := 0; j < K; j++ {
-					acc += float64(wc[j]) * float64(at(base+j, c))
+					wT[j*convBlock+c] = float64(w[(c0+c)*K+j])
 				}
-				out[t*C+c] = float32(acc / (1 + math.Exp(-acc)))
+			}
+			for t := 0; t < T; t++ {
+				a := acc[:n]
+				clear(a)
+				// Input token s of state++x, s in [-S, T), in increasing j: the
+				// sum of exact float64 products in the order of the formula.
+				for j := 0; j < K; j++ {
+					var in []float32
+					if s := t - S + j; s < 0 {
+						in = state[(s+S)*C+c0 : (s+S)*C+c1]
+					} else {
+						in = x[s*C+c0 : s*C+c1]
+					}
+					wj := wT[j*convBlock : j*convBlock+n]
+					for c, v := range in {
+						a[c] += wj[c] * float64(v)
+					}
+				}
+				o := out[t*C+c0 : t*C+c1]
+				if act {
+					for c, v := range a {
+						o[c] = float32(v / (1 + math.Exp(-v)))
+					}
+				} else {
+					for c, v := range a {
+						o[c] = float32(v)
+					}
+				}
 			}
 		}
 	})
