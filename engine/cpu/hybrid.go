@@ -6,6 +6,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/cpu/kernels"
@@ -162,17 +163,14 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 				n -= end % deltanet.ChunkSize
 			}
 			r0 := sq.Row + p0
-			mixed := make([]float32, n*C)
+			buf := dnBufs.Get().(*dnBuf)
+			buf.mixed = growF32(buf.mixed, n*C)
+			buf.g, buf.beta = growF32(buf.g, n*nv), growF32(buf.beta, n*nv)
+			mixed := buf.mixed
 			deltanet.CausalConv1DLinearOn(run, mixed, x.data[r0*C:(r0+n)*C], n, C, conv, K, st.conv)
 			b.siluInPlace(mixed)
-			in := deltanet.Inputs{T: n, Q: make([]float32, n*kd), K: make([]float32, n*kd), V: make([]float32, n*vd),
-				G: make([]float32, n*nv), Beta: make([]float32, n*nv)}
-			for t := 0; t < n; t++ {
-				row := mixed[t*C : (t+1)*C]
-				copy(in.Q[t*kd:(t+1)*kd], row[:kd])
-				copy(in.K[t*kd:(t+1)*kd], row[kd:2*kd])
-				copy(in.V[t*vd:(t+1)*vd], row[2*kd:])
-			}
+			// q, k and v are views into the conv output's rows (Inputs.Stride).
+			in := deltanet.Inputs{T: n, Q: mixed, K: mixed[kd:], V: mixed[2*kd:], G: buf.g, Beta: buf.beta, Stride: C}
 			deltanet.Gates(in.Beta, in.G, bb.data[r0*nv:(r0+n)*nv], aa.data[r0*nv:(r0+n)*nv], aLog, dtBias, n, nv)
 			out := o.data[r0*vd : (r0+n)*vd]
 			switch {
@@ -185,9 +183,22 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 			}
 			from = to // later pieces continue in place
 			b.gatedRMSNorm(out, out, zt.data[r0*vd:(r0+n)*vd], norm, n*nv, p.ValueDim, p.Eps)
+			dnBufs.Put(buf)
 		}
 		st.commit(sq.N)
 	}
+}
+
+// dnBuf is GatedDeltaNet's scratch for one piece: the conv output and the gates.
+type dnBuf struct{ mixed, g, beta []float32 }
+
+var dnBufs = sync.Pool{New: func() any { return new(dnBuf) }}
+
+func growF32(b []float32, n int) []float32 {
+	if cap(b) < n {
+		return make([]float32, n)
+	}
+	return b[:n]
 }
 
 // siluInPlace sets x = silu(x) = x·sigmoid(x) with the vectorised exp (within 2 ulp of

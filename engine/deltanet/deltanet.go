@@ -126,10 +126,7 @@ func causalConv(r Runner, out, x []float32, T, C int, w []float32, K int, state 
 					} else {
 						in = x[s*C+c0 : s*C+c1]
 					}
-					wj := wT[j*convBlock : j*convBlock+n]
-					for c, v := range in {
-						a[c] += wj[c] * float64(v)
-					}
+					convAcc64(a, wT[j*convBlock:j*convBlock+n], in)
 				}
 				o := out[t*C+c0 : t*C+c1]
 				if act {
@@ -190,11 +187,26 @@ type Inputs struct {
 	V    []float32 // [T, NumValueHeads*ValueDim]
 	G    []float32 // [T, NumValueHeads], log decay (<= 0)
 	Beta []float32 // [T, NumValueHeads]
+	// Stride, when not 0, is the row stride of Q, K and V: views into rows holding all
+	// three, as the conv output [T, ConvDim] does, so nothing is copied out of it.
+	Stride int
+}
+
+// strides returns the row strides of Q/K and of V.
+func (in Inputs) strides(d Dims) (qk, v int) {
+	if in.Stride != 0 {
+		return in.Stride, in.Stride
+	}
+	return d.NumKeyHeads * d.KeyDim, d.NumValueHeads * d.ValueDim
 }
 
 func (in Inputs) check(d Dims, state, out []float32) {
 	kd, vd := d.NumKeyHeads*d.KeyDim, d.NumValueHeads*d.ValueDim
-	if len(in.Q) < in.T*kd || len(in.K) < in.T*kd || len(in.V) < in.T*vd ||
+	qs, vs := in.strides(d)
+	rows := func(x []float32, stride, width int) bool {
+		return in.T == 0 || len(x) >= (in.T-1)*stride+width
+	}
+	if qs < kd || vs < vd || !rows(in.Q, qs, kd) || !rows(in.K, qs, kd) || !rows(in.V, vs, vd) ||
 		len(in.G) < in.T*d.NumValueHeads || len(in.Beta) < in.T*d.NumValueHeads ||
 		len(state) < d.StateSize() || len(out) < in.T*vd {
 		panic("deltanet: gated delta rule slice too short")
@@ -218,21 +230,29 @@ type headData struct {
 	U, W, tq, o         []float64
 }
 
-func gatherHead(d Dims, in Inputs, h int, hd *headData, state []float32) {
-	T, dk, dv := in.T, d.KeyDim, d.ValueDim
-	r := d.NumValueHeads / d.NumKeyHeads
-	kh := h / r
-	kd, vd, nv := d.NumKeyHeads*dk, d.NumValueHeads*dv, d.NumValueHeads
+// gatherKey fills key head kh's normalised q (scaled by 1/sqrt(KeyDim)) and k, shared by
+// the value heads it serves.
+func gatherKey(d Dims, in Inputs, kh int, hd *headData) {
+	T, dk := in.T, d.KeyDim
+	qs, _ := in.strides(d)
 	scale := 1 / math.Sqrt(float64(dk))
 	hd.q = grow(hd.q, T*dk)
 	hd.k = grow(hd.k, T*dk)
+	for t := 0; t < T; t++ {
+		l2normScaled(hd.q[t*dk:(t+1)*dk], in.Q[t*qs+kh*dk:t*qs+(kh+1)*dk], scale)
+		l2normScaled(hd.k[t*dk:(t+1)*dk], in.K[t*qs+kh*dk:t*qs+(kh+1)*dk], 1)
+	}
+}
+
+// gatherValue fills value head h's v, g, beta and state.
+func gatherValue(d Dims, in Inputs, h int, hd *headData, state []float32) {
+	T, dk, dv, nv := in.T, d.KeyDim, d.ValueDim, d.NumValueHeads
+	_, vs := in.strides(d)
 	hd.v = grow(hd.v, T*dv)
 	hd.g = grow(hd.g, T)
 	hd.beta = grow(hd.beta, T)
 	for t := 0; t < T; t++ {
-		l2normScaled(hd.q[t*dk:(t+1)*dk], in.Q[t*kd+kh*dk:t*kd+(kh+1)*dk], scale)
-		l2normScaled(hd.k[t*dk:(t+1)*dk], in.K[t*kd+kh*dk:t*kd+(kh+1)*dk], 1)
-		widen64(hd.v[t*dv:(t+1)*dv], in.V[t*vd+h*dv:t*vd+(h+1)*dv])
+		widen64(hd.v[t*dv:(t+1)*dv], in.V[t*vs+h*dv:t*vs+(h+1)*dv])
 		hd.g[t] = float64(in.G[t*nv+h])
 		hd.beta[t] = float64(in.Beta[t*nv+h])
 	}
@@ -268,8 +288,8 @@ func RecurrentOn(r Runner, d Dims, in Inputs, state, out []float32) {
 func RecurrentInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
 	in.check(d, from, out)
 	in.check(d, to, out)
-	forHeads(r, d.NumValueHeads, in.T*d.KeyDim*d.ValueDim, func(h int, hd *headData) {
-		gatherHead(d, in, h, hd, from)
+	forHeads(r, d, in, func(h int, hd *headData) {
+		gatherValue(d, in, h, hd, from)
 		recurrentHead(d, hd, 0, in.T, out, h, false)
 		storeState(d, h, hd, to)
 	})
@@ -330,8 +350,8 @@ func ChunkedOn(r Runner, d Dims, in Inputs, state, out []float32) {
 func ChunkedInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
 	in.check(d, from, out)
 	in.check(d, to, out)
-	forHeads(r, d.NumValueHeads, in.T*d.KeyDim*d.ValueDim, func(h int, hd *headData) {
-		gatherHead(d, in, h, hd, from)
+	forHeads(r, d, in, func(h int, hd *headData) {
+		gatherValue(d, in, h, hd, from)
 		chunkedHead(d, hd, 0, in.T, ChunkSize, out, h, false)
 		storeState(d, h, hd, to)
 	})
@@ -354,8 +374,8 @@ func CanonicalInto(r Runner, d Dims, in Inputs, pos, prompt int, from, to, out [
 		panic(fmt.Sprintf("deltanet: canonical rule at position %d with %d prompt rows of %d", pos, prompt, in.T))
 	}
 	first := ChunkSize - pos%ChunkSize
-	forHeads(r, d.NumValueHeads, in.T*d.KeyDim*d.ValueDim, func(h int, hd *headData) {
-		gatherHead(d, in, h, hd, from)
+	forHeads(r, d, in, func(h int, hd *headData) {
+		gatherValue(d, in, h, hd, from)
 		chunkedHead(d, hd, 0, prompt, first, out, h, true)
 		if prompt > 0 && prompt < in.T {
 			roundState(hd.S) // the prompt's end
@@ -498,19 +518,28 @@ func (r Runner) run(n, grain int, fn func(lo, hi int)) {
 	r(n, grain, fn)
 }
 
-// forHeads runs fn for every head; each chunk of heads has its own scratch.
-func forHeads(r Runner, heads, work int, fn func(h int, hd *headData)) {
-	grain := heads
-	if heads*work >= 1<<14 {
+// forHeads runs fn for every value head, spread over key heads: each key head's q and k
+// are normalised once (gatherKey) for the value heads it serves, which run one after the
+// other. Scratch comes from a pool, so a layer's call allocates nothing.
+func forHeads(r Runner, d Dims, in Inputs, fn func(h int, hd *headData)) {
+	nk, rep := d.NumKeyHeads, d.NumValueHeads/d.NumKeyHeads
+	grain := nk
+	if d.NumValueHeads*in.T*d.KeyDim*d.ValueDim >= 1<<14 {
 		grain = 1
 	}
-	r.run(heads, grain, func(lo, hi int) {
-		var hd headData
-		for h := lo; h < hi; h++ {
-			fn(h, &hd)
+	r.run(nk, grain, func(lo, hi int) {
+		hd := scratch.Get().(*headData)
+		defer scratch.Put(hd)
+		for kh := lo; kh < hi; kh++ {
+			gatherKey(d, in, kh, hd)
+			for h := kh * rep; h < (kh+1)*rep; h++ {
+				fn(h, hd)
+			}
 		}
 	})
 }
+
+var scratch = sync.Pool{New: func() any { return new(headData) }}
 
 // parallelFor splits [0,n) into ranges of at least grain items over the cores.
 func parallelFor(n, grain int, fn func(lo, hi int)) {

@@ -302,3 +302,35 @@ func TestIntoKeepsIncomingState(t *testing.T) {
 		}
 	}
 }
+
+// Q, K and V as views into shared rows (Inputs.Stride, the conv output's layout) give the
+// bits of separate dense slices, in every form.
+func TestStridedInputs(t *testing.T) {
+	d := Dims{NumKeyHeads: 2, NumValueHeads: 4, KeyDim: 16, ValueDim: 8}
+	r := rand.New(rand.NewPCG(21, 22))
+	kd, vd, C := d.NumKeyHeads*d.KeyDim, d.NumValueHeads*d.ValueDim, d.ConvDim()
+	for _, T := range []int{1, 70} {
+		in := randomInputs(r, d, T)
+		rows := make([]float32, T*C)
+		for tk := 0; tk < T; tk++ {
+			copy(rows[tk*C:], in.Q[tk*kd:(tk+1)*kd])
+			copy(rows[tk*C+kd:], in.K[tk*kd:(tk+1)*kd])
+			copy(rows[tk*C+2*kd:], in.V[tk*vd:(tk+1)*vd])
+		}
+		st := Inputs{T: T, Q: rows, K: rows[kd:], V: rows[2*kd:], G: in.G, Beta: in.Beta, Stride: C}
+		init := randn(r, d.StateSize(), 0.5)
+		for name, run := range map[string]func(Inputs, []float32, []float32){
+			"recurrent": func(x Inputs, s, o []float32) { Recurrent(d, x, s, o) },
+			"chunked":   func(x Inputs, s, o []float32) { Chunked(d, x, s, o) },
+			"canonical": func(x Inputs, s, o []float32) { CanonicalInto(nil, d, x, 3, T/2, s, s, o) },
+		} {
+			s1, s2 := append([]float32(nil), init...), append([]float32(nil), init...)
+			o1, o2 := make([]float32, T*vd), make([]float32, T*vd)
+			run(in, s1, o1)
+			run(st, s2, o2)
+			if bad := sameBits(o1, o2) + sameBits(s1, s2); bad > 0 {
+				t.Errorf("T=%d %s: %d values differ with strided inputs", T, name, bad)
+			}
+		}
+	}
+}

@@ -81,3 +81,12 @@ func gemm64(y []float64, ldy int, a []float64, lda int, b []float64, ldb int, m,
 		gemv64(y[i*ldy:], a[i*lda:], b, k, ldb, n, scale)
 	}
 }
+
+// convAcc64 sets acc[c] += w[c]·float64(x[c]): the product of two float32 values is exact
+// in float64, so FMA and a multiply then add give the same bits.
+func convAcc64(acc, w []float64, x []float32) {
+	acc, w = acc[:len(x)], w[:len(x)]
+	for c := convAcc64Fast(acc, w, x); c < len(x); c++ {
+		acc[c] += w[c] * float64(x[c])
+	}
+}

@@ -41,6 +41,15 @@ func ger64Fast(s, a, x []float64, m, lds, n int, scale float64) int {
 	return c
 }
 
+func convAcc64Fast(acc, w []float64, x []float32) int {
+	c := len(x) &^ 7
+	if !useAVX512 || c == 0 {
+		return 0
+	}
+	convAcc64AVX512(&acc[0], &w[0], &x[0], c)
+	return c
+}
+
 func widen64Fast(dst []float64, src []float32) int {
 	c := len(src) &^ 7
 	if !useAVX512 || c == 0 {
@@ -73,3 +82,6 @@ func widen64AVX512(dst *float64, src *float32, n int)
 
 //go:noescape
 func narrow32AVX512(dst *float32, src *float64, n int)
+
+//go:noescape
+func convAcc64AVX512(acc, w *float64, x *float32, n int)

@@ -342,3 +342,26 @@ mloop:
 	VMOVUPD Z15, 192(R11)
 	VZEROUPPER
 	RET
+
+// func convAcc64AVX512(acc, w *float64, x *float32, n int)
+// acc[c] = fma(w[c], float64(x[c]), acc[c]), n a multiple of 8.
+TEXT ·convAcc64AVX512(SB), NOSPLIT, $0-32
+	MOVQ acc+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), BX
+	MOVQ n+24(FP), CX
+	TESTQ CX, CX
+	JZ cdone
+cloop:
+	VCVTPS2PD (BX), Z0
+	VMOVUPD (DI), Z1
+	VFMADD231PD (SI), Z0, Z1
+	VMOVUPD Z1, (DI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	ADDQ $32, BX
+	SUBQ $8, CX
+	JNZ cloop
+cdone:
+	VZEROUPPER
+	RET

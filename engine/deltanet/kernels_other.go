@@ -15,3 +15,5 @@ func narrow32Fast(dst []float32, src []float64) int { return 0 }
 func gemm64Fast(y []float64, ldy int, a []float64, lda int, b []float64, ldb int, m, k, n int, scale float64) (r, c int) {
 	return 0, 0
 }
+
+func convAcc64Fast(acc, w []float64, x []float32) int { return 0 }

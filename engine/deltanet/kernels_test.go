@@ -102,3 +102,27 @@ func TestGemmMatchesGemv(t *testing.T) {
 		}
 	}
 }
+
+// convAcc64 (AVX-512 where the CPU has it) gives the bits of the plain loop on float32
+// weights and inputs.
+func TestConvAccMatchesLoop(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, n := range []int{1, 8, 13, 64, 300} {
+		acc, w := randf64(r, n), randf64(r, n)
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+			w[i] = float64(float32(w[i])) // the conv's weights are float32
+		}
+		want := append([]float64(nil), acc...)
+		for i := range want {
+			want[i] += w[i] * float64(x[i])
+		}
+		convAcc64(acc, w, x)
+		for i := range acc {
+			if math.Float64bits(acc[i]) != math.Float64bits(want[i]) {
+				t.Fatalf("n=%d: acc[%d] = %v, want %v", n, i, acc[i], want[i])
+			}
+		}
+	}
+}
