@@ -404,7 +404,7 @@ func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, 
 	hd.KTe = grow(hd.KTe, dk*C) // KTe[x*C+i] = exp(G_last-G_i) k_i[x]
 	hd.U = grow(hd.U, C*dv)
 	hd.W = grow(hd.W, C*dk)
-	hd.tq = grow(hd.tq, C*dk) // -W, then exp(G) Q
+	hd.tq = grow(hd.tq, C*dk) // exp(G) Q
 	hd.o = grow(hd.o, C*dv)
 	G, A, P, E, KT, KTe, U, W := hd.G, hd.A, hd.P, hd.E, hd.KT, hd.KTe, hd.U, hd.W
 	tq, o := hd.tq, hd.o
@@ -415,17 +415,21 @@ func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, 
 		k := hd.k[c0*dk : (c0+L)*dk]
 		v := hd.v[c0*dv : (c0+L)*dv]
 		beta := hd.beta[c0 : c0+L]
+		// G is the cumulative log decay; E[i][j] = exp(G_i-G_j) = Π_{j<m<=i} exp(g_m),
+		// built from one exp per row (float64 products: far below float32 rounding).
 		var acc float64
 		for i := 0; i < L; i++ {
 			acc += hd.g[c0+i]
 			G[i] = acc
+			eg := math.Exp(hd.g[c0+i])
+			E[i*C+i] = 1
+			for j := i - 1; j >= 0; j-- {
+				E[i*C+j] = E[(i-1)*C+j] * eg
+			}
 		}
 		for i := 0; i < L; i++ {
 			for x := 0; x < dk; x++ {
 				KT[x*C+i] = k[i*dk+x]
-			}
-			for j := 0; j <= i; j++ {
-				E[i*C+j] = math.Exp(G[i] - G[j])
 			}
 		}
 		// K Kᵀ and Q Kᵀ (columns up to Lp read KT's padding, never used).
@@ -433,7 +437,8 @@ func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, 
 		clear(P[:L*C])
 		gemm64(A, C, k, dk, KT, C, L, dk, Lp, 1)
 		gemm64(P, C, q, dk, KT, C, L, dk, Lp, 1)
-		// A and the right-hand sides beta*V, beta*exp(G)*K.
+		// A and the right-hand sides beta*V and -beta*exp(G)*K (W holds -W: the
+		// substitution is linear and negation exact, so Vn = U + W S below).
 		for i := 0; i < L; i++ {
 			for j := 0; j < i; j++ {
 				A[i*C+j] = -(beta[i] * A[i*C+j] * E[i*C+j])
@@ -442,24 +447,23 @@ func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, 
 				P[i*C+j] *= E[i*C+j]
 			}
 			clear(P[i*C+i+1 : i*C+L])
-			eg := math.Exp(G[i])
-			for x := 0; x < dv; x++ {
-				U[i*dv+x] = beta[i] * v[i*dv+x]
+			bi, nbe := beta[i], -(beta[i] * math.Exp(G[i]))
+			ui, vi := U[i*dv:(i+1)*dv], v[i*dv:(i+1)*dv]
+			for x := range ui {
+				ui[x] = bi * vi[x]
 			}
-			for x := 0; x < dk; x++ {
-				W[i*dk+x] = beta[i] * eg * k[i*dk+x]
+			wi, ki := W[i*dk:(i+1)*dk], k[i*dk:(i+1)*dk]
+			for x := range wi {
+				wi[x] = nbe * ki[x]
 			}
 		}
-		// Forward substitution: (I + A) U = beta V, (I + A) W = beta exp(G) K.
+		// Forward substitution: (I + A) U = beta V, (I + A) W = -beta exp(G) K.
 		for i := 1; i < L; i++ {
 			gemv64(U[i*dv:(i+1)*dv], A[i*C:i*C+i], U, i, dv, dv, 1)
 			gemv64(W[i*dk:(i+1)*dk], A[i*C:i*C+i], W, i, dk, dk, 1)
 		}
 		// Vn = U - W S (in place in U).
-		for i, w := range W[:L*dk] {
-			tq[i] = -w
-		}
-		gemm64(U, dv, tq, dk, S, dv, L, dk, dv, 1)
+		gemm64(U, dv, W, dk, S, dv, L, dk, dv, 1)
 		// O = (exp(G) Q) S + P Vn.
 		for i := 0; i < L; i++ {
 			eg := math.Exp(G[i])
@@ -473,15 +477,16 @@ func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, 
 		for i := 0; i < L; i++ {
 			narrow32(out[(c0+i)*vd+h*dv:(c0+i)*vd+(h+1)*dv], o[i*dv:(i+1)*dv])
 		}
-		// S' = exp(G_last) S + sum_i exp(G_last - G_i) k_i Vn_i^T.
-		gl := G[L-1]
-		for i := 0; i < L; i++ {
-			e := math.Exp(gl - G[i])
-			for x := 0; x < dk; x++ {
-				KTe[x*C+i] = e * KT[x*C+i]
+		// S' = exp(G_last) S + sum_i exp(G_last - G_i) k_i Vn_i^T; exp(G_last - G_i)
+		// is row L-1 of E.
+		el := E[(L-1)*C : (L-1)*C+L]
+		for x := 0; x < dk; x++ {
+			kt, kte := KT[x*C:x*C+L], KTe[x*C:x*C+L]
+			for i, e := range el {
+				kte[i] = e * kt[i]
 			}
 		}
-		gemm64(S, dv, KTe, C, U, dv, dk, L, dv, math.Exp(gl))
+		gemm64(S, dv, KTe, C, U, dv, dk, L, dv, math.Exp(G[L-1]))
 		if round && c0+L < t1 {
 			roundState(S)
 		}
