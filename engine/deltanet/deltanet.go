@@ -427,9 +427,14 @@ func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, 
 				E[i*C+j] = E[(i-1)*C+j] * eg
 			}
 		}
-		for i := 0; i < L; i++ {
+		// Transposed in blocks of 8 rows: each written line of KT is whole.
+		for i0 := 0; i0 < L; i0 += 8 {
+			i1 := min(L, i0+8)
 			for x := 0; x < dk; x++ {
-				KT[x*C+i] = k[i*dk+x]
+				kt := KT[x*C+i0 : x*C+i1]
+				for i := range kt {
+					kt[i] = k[(i0+i)*dk+x]
+				}
 			}
 		}
 		// K Kᵀ and Q Kᵀ (columns up to Lp read KT's padding, never used).
