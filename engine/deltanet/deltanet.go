@@ -103,7 +103,9 @@ func causalConv(r Runner, out, x []float32, T, C int, w []float32, K int, state 
 	}
 	S := K - 1
 	blocks := (C + convBlock - 1) / convBlock
-	r.run(blocks, max(1, 8192/max(T*K*convBlock, 1)), func(b0, b1 int) {
+	// A worker's share is at least ~64k multiply-adds: one decode token's conv
+	// (ConvDim × K) is cheaper than waking a worker.
+	r.run(blocks, max(1, 65536/max(T*K*convBlock, 1)), func(b0, b1 int) {
 		acc := make([]float64, convBlock)
 		wT := make([]float64, K*convBlock) // wT[j*convBlock+c] = w[(c0+c)*K+j]
 		for b := b0; b < b1; b++ {
@@ -288,9 +290,18 @@ func RecurrentOn(r Runner, d Dims, in Inputs, state, out []float32) {
 func RecurrentInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
 	in.check(d, from, out)
 	in.check(d, to, out)
+	n := d.KeyDim * d.ValueDim
 	forHeads(r, d, in, func(h int, hd *headData) {
 		gatherValue(d, in, h, hd, from)
 		recurrentHead(d, hd, 0, in.T, out, h, false)
+		if in.T == 1 {
+			// A decode step's new state is read again only at the layer's next
+			// step, after the weights streamed through the caches: stores past
+			// the cache skip reading its lines first (BenchmarkRecurrentCold
+			// ~30% less CPU; ~5% more when the state stays cached).
+			narrow32Stream(to[h*n:(h+1)*n], hd.S[:n])
+			return
+		}
 		storeState(d, h, hd, to)
 	})
 }

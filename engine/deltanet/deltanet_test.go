@@ -334,3 +334,23 @@ func TestStridedInputs(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRecurrentCold is BenchmarkRecurrent with the state read from and written to
+// memory the caches do not hold (64 sequences' states in turn, 128 MiB each way), as in
+// a decode step that streams the weights between two visits of a layer.
+func BenchmarkRecurrentCold(b *testing.B) {
+	d := Dims{NumKeyHeads: 16, NumValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	r := rand.New(rand.NewPCG(1, 1))
+	in := randomInputs(r, d, 1)
+	const n = 64
+	from, to := make([][]float32, n), make([][]float32, n)
+	for i := range from {
+		from[i], to[i] = make([]float32, d.StateSize()), make([]float32, d.StateSize())
+	}
+	out := make([]float32, in.T*d.NumValueHeads*d.ValueDim)
+	i := 0
+	for b.Loop() {
+		RecurrentInto(nil, d, in, from[i%n], to[i%n], out)
+		i++
+	}
+}

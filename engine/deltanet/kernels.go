@@ -90,3 +90,12 @@ func convAcc64(acc, w []float64, x []float32) {
 		acc[c] += w[c] * float64(x[c])
 	}
 }
+
+// narrow32Stream is narrow32 for a state that is not read again soon: where it can, with
+// stores that bypass the cache (same values).
+func narrow32Stream(dst []float32, src []float64) {
+	dst = dst[:len(src)]
+	for i := narrow32StreamFast(dst, src); i < len(src); i++ {
+		dst[i] = float32(src[i])
+	}
+}

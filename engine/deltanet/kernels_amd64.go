@@ -1,6 +1,10 @@
 package deltanet
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 var useAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasOSXSAVE
 
@@ -50,6 +54,15 @@ func convAcc64Fast(acc, w []float64, x []float32) int {
 	return c
 }
 
+func narrow32StreamFast(dst []float32, src []float64) int {
+	c := len(src) &^ 7
+	if !useAVX512 || c == 0 || uintptr(unsafe.Pointer(&dst[0]))%32 != 0 {
+		return 0
+	}
+	narrow32NTAVX512(&dst[0], &src[0], c)
+	return c
+}
+
 func widen64Fast(dst []float64, src []float32) int {
 	c := len(src) &^ 7
 	if !useAVX512 || c == 0 {
@@ -85,3 +98,6 @@ func narrow32AVX512(dst *float32, src *float64, n int)
 
 //go:noescape
 func convAcc64AVX512(acc, w *float64, x *float32, n int)
+
+//go:noescape
+func narrow32NTAVX512(dst *float32, src *float64, n int)

@@ -365,3 +365,24 @@ cloop:
 cdone:
 	VZEROUPPER
 	RET
+
+// func narrow32NTAVX512(dst *float32, src *float64, n int): narrow32 with non-temporal stores
+// (dst 32-byte aligned, n a multiple of 8): a state written for the next decode step need
+// not be read into the cache first; SFENCE orders the stores before the caller's.
+TEXT ·narrow32NTAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	TESTQ CX, CX
+	JZ ntdone
+ntloop:
+	VCVTPD2PS (SI), Y0
+	VMOVNTPS Y0, (DI)
+	ADDQ $64, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ ntloop
+ntdone:
+	SFENCE
+	VZEROUPPER
+	RET

@@ -75,6 +75,15 @@ func TestKernelsMatchFMALoops(t *testing.T) {
 				t.Fatalf("n=%d: widen/narrow %d: %v -> %v -> %v", n, i, src[i], wide[i], back[i])
 			}
 		}
+		// The streaming stores, at an aligned and an unaligned destination.
+		big := make([]float32, 1024+n)
+		for _, off := range []int{0, 1, 8} {
+			dst := big[off : off+n]
+			narrow32Stream(dst, wide)
+			if bad := sameBits(dst, back); bad > 0 {
+				t.Fatalf("n=%d offset %d: narrow32Stream: %d values differ from narrow32", n, off, bad)
+			}
+		}
 	}
 }
 
