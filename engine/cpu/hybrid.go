@@ -338,3 +338,37 @@ func (b *Backend) MatMulPrecise(dst, x engine.Tensor, w engine.Weight) {
 		k.MatMulExact(d.data, N, in, lo*align, min(N, hi*align))
 	})
 }
+
+// MatMulShared sets dsts[i] = x·ws[i]ᵀ for weights that take the same input (the
+// projections of a token mixer): for quantized weights the input is quantized once and
+// all the products run as one parallel job, with the bits of one MatMul each. With
+// precise, each product is MatMulPrecise's (PreciseHybrid then takes float32
+// activations). Anything else (exact mode, unquantized weights) takes one MatMul each.
+func (b *Backend) MatMulShared(dsts []engine.Tensor, x engine.Tensor, ws []engine.Weight, precise bool) {
+	xt := tt(x)
+	shared := !b.exact && !(precise && b.preciseHybrid) && len(dsts) == len(ws)
+	ds, wts := make([]*Tensor, len(ws)), make([]*Weight, len(ws))
+	for i, w := range ws {
+		wt := ww(w)
+		ds[i], wts[i] = tt(dsts[i]), wt
+		if wt.k == nil || !wt.k.Quantized() || wt.cols != xt.cols || ds[i].rows != xt.rows || ds[i].cols != wt.rows {
+			shared = false
+		}
+	}
+	if !shared {
+		for i, w := range ws {
+			if precise {
+				b.MatMulPrecise(dsts[i], x, w)
+			} else {
+				b.MatMul(dsts[i], x, w, nil)
+			}
+		}
+		return
+	}
+	M, K := xt.rows, xt.cols
+	in := inputs.Get().(*kernels.Input)
+	defer inputs.Put(in)
+	in.Reset(xt.data, M, K)
+	b.parallel(M, max(1, 8192/K), func(lo, hi, _ int) { in.QuantizeRows(lo, hi) })
+	b.matmulInputs(in, ds, wts)
+}
