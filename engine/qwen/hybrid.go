@@ -459,10 +459,19 @@ func (m *Hybrid) attention(s *attnScratch, l *HybridAttention, li int, h, y engi
 	if m.GatedAttention {
 		q = s.qg
 	}
-	m.matMulShared([]engine.Tensor{q, s.k, s.v}, h, []engine.Weight{l.Q, l.K, l.V}, false)
+	if sm, ok := be.(sharedMatMuler); ok {
+		sm.MatMulShared([]engine.Tensor{q, s.k, s.v}, h, []engine.Weight{l.Q, l.K, l.V}, false)
+	} else {
+		// In this order: Metal fuses the de-interleave into the q projection's store.
+		be.MatMul(q, h, l.Q, nil)
+	}
 	if m.GatedAttention {
 		// q_proj rows are [q_0 | gate_0 | q_1 | gate_1 | ...], head_dim each.
 		be.Deinterleave(s.q, s.gate, s.qg, hd)
+	}
+	if _, ok := be.(sharedMatMuler); !ok {
+		be.MatMul(s.k, h, l.K, nil)
+		be.MatMul(s.v, h, l.V, nil)
 	}
 	headNorm := engine.NormParams{Dim: hd, Eps: m.Eps, Offset: m.NormOffset}
 	be.RMSNorm(s.q, s.q, l.QNorm, headNorm)
