@@ -340,11 +340,7 @@ func recurrentHead(d Dims, hd *headData, t0, t1 int, out []float32, h int, round
 
 // roundState rounds every element of a float64 state to float32, the precision the state
 // is stored in between calls.
-func roundState(S []float64) {
-	for i, v := range S {
-		S[i] = float64(float32(v))
-	}
-}
+func roundState(S []float64) { round32(S) }
 
 // Chunked runs the gated delta rule in chunks of ChunkSize tokens (the prefill form,
 // transformers' torch_chunk_gated_delta_rule). Same contract as Recurrent, and the same

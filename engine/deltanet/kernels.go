@@ -99,3 +99,10 @@ func narrow32Stream(dst []float32, src []float64) {
 		dst[i] = float32(src[i])
 	}
 }
+
+// round32 sets s[i] = float64(float32(s[i])).
+func round32(s []float64) {
+	for i := round32Fast(s); i < len(s); i++ {
+		s[i] = float64(float32(s[i]))
+	}
+}

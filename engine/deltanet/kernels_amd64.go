@@ -63,6 +63,15 @@ func narrow32StreamFast(dst []float32, src []float64) int {
 	return c
 }
 
+func round32Fast(s []float64) int {
+	c := len(s) &^ 7
+	if !useAVX512 || c == 0 {
+		return 0
+	}
+	round32AVX512(&s[0], c)
+	return c
+}
+
 func widen64Fast(dst []float64, src []float32) int {
 	c := len(src) &^ 7
 	if !useAVX512 || c == 0 {
@@ -101,3 +110,6 @@ func convAcc64AVX512(acc, w *float64, x *float32, n int)
 
 //go:noescape
 func narrow32NTAVX512(dst *float32, src *float64, n int)
+
+//go:noescape
+func round32AVX512(s *float64, n int)

@@ -386,3 +386,21 @@ ntdone:
 	SFENCE
 	VZEROUPPER
 	RET
+
+
+// func round32AVX512(s *float64, n int): s[i] = float64(float32(s[i])), n a multiple of 8.
+TEXT ·round32AVX512(SB), NOSPLIT, $0-16
+	MOVQ s+0(FP), DI
+	MOVQ n+8(FP), CX
+	TESTQ CX, CX
+	JZ rndone
+rnloop:
+	VCVTPD2PS (DI), Y0
+	VCVTPS2PD Y0, Z0
+	VMOVUPD Z0, (DI)
+	ADDQ $64, DI
+	SUBQ $8, CX
+	JNZ rnloop
+rndone:
+	VZEROUPPER
+	RET

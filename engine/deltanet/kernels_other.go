@@ -19,3 +19,5 @@ func gemm64Fast(y []float64, ldy int, a []float64, lda int, b []float64, ldb int
 func convAcc64Fast(acc, w []float64, x []float32) int { return 0 }
 
 func narrow32StreamFast(dst []float32, src []float64) int { return 0 }
+
+func round32Fast(s []float64) int { return 0 }

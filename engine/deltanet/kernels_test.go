@@ -75,6 +75,13 @@ func TestKernelsMatchFMALoops(t *testing.T) {
 				t.Fatalf("n=%d: widen/narrow %d: %v -> %v -> %v", n, i, src[i], wide[i], back[i])
 			}
 		}
+		rounded := append([]float64(nil), wide...)
+		round32(rounded)
+		for i := range rounded {
+			if rounded[i] != float64(back[i]) {
+				t.Fatalf("n=%d: round32 %d: %v -> %v, want %v", n, i, wide[i], rounded[i], back[i])
+			}
+		}
 		// The streaming stores, at an aligned and an unaligned destination.
 		big := make([]float32, 1024+n)
 		for _, off := range []int{0, 1, 8} {
