@@ -167,8 +167,7 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 			buf.mixed = growF32(buf.mixed, n*C)
 			buf.g, buf.beta = growF32(buf.g, n*nv), growF32(buf.beta, n*nv)
 			mixed := buf.mixed
-			deltanet.CausalConv1DLinearOn(run, mixed, x.data[r0*C:(r0+n)*C], n, C, conv, K, st.conv)
-			b.siluInPlace(mixed)
+			deltanet.CausalConv1DActOn(run, mixed, x.data[r0*C:(r0+n)*C], n, C, conv, K, st.conv, silu)
 			// q, k and v are views into the conv output's rows (Inputs.Stride).
 			in := deltanet.Inputs{T: n, Q: mixed, K: mixed[kd:], V: mixed[2*kd:], G: buf.g, Beta: buf.beta, Stride: C}
 			deltanet.Gates(in.Beta, in.G, bb.data[r0*nv:(r0+n)*nv], aa.data[r0*nv:(r0+n)*nv], aLog, dtBias, n, nv)
@@ -201,16 +200,13 @@ func growF32(b []float32, n int) []float32 {
 	return b[:n]
 }
 
-// siluInPlace sets x = silu(x) = x·sigmoid(x) with the vectorised exp (within 2 ulp of
-// math.Exp), on the backend's workers.
-func (b *Backend) siluInPlace(x []float32) {
-	b.parallel(len(x), 16384, func(lo, hi, w int) {
-		xx := x[lo:hi]
-		e := negExp(b.scratchBuf(w, hi-lo)[:hi-lo], xx)
-		for i, v := range xx {
-			xx[i] = v / (1 + e[i])
-		}
-	})
+// silu sets x = silu(x) = x·sigmoid(x) with the vectorised exp (within 2 ulp of
+// math.Exp), using tmp (len(x)) for the exps: a deltanet.CausalConv1DActOn activation.
+func silu(x, tmp []float32) {
+	e := negExp(tmp[:len(x)], x)
+	for i, v := range x {
+		x[i] = v / (1 + e[i])
+	}
 }
 
 // gatedRMSNorm is deltanet.GatedRMSNorm on the backend's workers, with silu(z) from the

@@ -84,20 +84,23 @@ func CausalConv1D(out, x []float32, T, C int, w []float32, K int, state []float3
 
 // CausalConv1DOn is CausalConv1D with channels spread by r.
 func CausalConv1DOn(r Runner, out, x []float32, T, C int, w []float32, K int, state []float32) {
-	causalConv(r, out, x, T, C, w, K, state, true)
+	causalConv(r, out, x, T, C, w, K, state, nil)
 }
 
-// CausalConv1DLinearOn is CausalConv1DOn without the SiLU: out is the convolution rounded
-// to float32 (a backend applies the activation with its own vector exp).
-func CausalConv1DLinearOn(r Runner, out, x []float32, T, C int, w []float32, K int, state []float32) {
-	causalConv(r, out, x, T, C, w, K, state, false)
+// CausalConv1DActOn is CausalConv1DOn with the activation act instead of the SiLU: the
+// convolution is rounded to float32 and act rewrites it in place, a block of one token's
+// channels at a time while they are in cache (a backend's SiLU with its own vector exp),
+// with tmp scratch of the block's length. act runs on r's workers, concurrently on
+// disjoint blocks.
+func CausalConv1DActOn(r Runner, out, x []float32, T, C int, w []float32, K int, state []float32, act func(block, tmp []float32)) {
+	causalConv(r, out, x, T, C, w, K, state, act)
 }
 
 // convBlock is the number of channels a conv worker keeps in its float64 accumulators:
 // loops run token-major over a block, so rows are read contiguously.
 const convBlock = 512
 
-func causalConv(r Runner, out, x []float32, T, C int, w []float32, K int, state []float32, act bool) {
+func causalConv(r Runner, out, x []float32, T, C int, w []float32, K int, state []float32, act func(block, tmp []float32)) {
 	if len(x) < T*C || len(out) < T*C || len(w) < C*K || len(state) < (K-1)*C {
 		panic("deltanet: CausalConv1D slice too short")
 	}
@@ -107,6 +110,7 @@ func causalConv(r Runner, out, x []float32, T, C int, w []float32, K int, state 
 	// (ConvDim × K) is cheaper than waking a worker.
 	r.run(blocks, max(1, 65536/max(T*K*convBlock, 1)), func(b0, b1 int) {
 		acc := make([]float64, convBlock)
+		tmp := make([]float32, convBlock)
 		wT := make([]float64, K*convBlock) // wT[j*convBlock+c] = w[(c0+c)*K+j]
 		for b := b0; b < b1; b++ {
 			c0, c1 := b*convBlock, min(C, (b+1)*convBlock)
@@ -131,7 +135,7 @@ func causalConv(r Runner, out, x []float32, T, C int, w []float32, K int, state 
 					convAcc64(a, wT[j*convBlock:j*convBlock+n], in)
 				}
 				o := out[t*C+c0 : t*C+c1]
-				if act {
+				if act == nil {
 					for c, v := range a {
 						o[c] = float32(v / (1 + math.Exp(-v)))
 					}
@@ -139,6 +143,7 @@ func causalConv(r Runner, out, x []float32, T, C int, w []float32, K int, state 
 					for c, v := range a {
 						o[c] = float32(v)
 					}
+					act(o, tmp[:len(o)])
 				}
 			}
 		}

@@ -3,6 +3,7 @@ package deltanet
 import (
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 )
 
@@ -352,5 +353,38 @@ func BenchmarkRecurrentCold(b *testing.B) {
 	for b.Loop() {
 		RecurrentInto(nil, d, in, from[i%n], to[i%n], out)
 		i++
+	}
+}
+
+// CausalConv1DActOn hands act every output value exactly once, after the convolution,
+// and leaves the state as CausalConv1D does.
+func TestCausalConv1DAct(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	const K = 4
+	for _, dims := range [][2]int{{1, 300}, {9, 1100}, {70, 64}} {
+		T, C := dims[0], dims[1]
+		x, w, init := randn(r, T*C, 1), randn(r, C*K, 1), randn(r, (K-1)*C, 1)
+		want, wantState := make([]float32, T*C), append([]float32(nil), init...)
+		CausalConv1D(want, x, T, C, w, K, wantState)
+		got, state := make([]float32, T*C), append([]float32(nil), init...)
+		var seen atomic.Int64
+		CausalConv1DActOn(nil, got, x, T, C, w, K, state, func(block, tmp []float32) {
+			if len(tmp) != len(block) {
+				t.Errorf("tmp of %d for a block of %d", len(tmp), len(block))
+			}
+			seen.Add(int64(len(block)))
+			for i, v := range block {
+				block[i] = v / (1 + float32(math.Exp(float64(-v))))
+			}
+		})
+		if n := seen.Load(); n != int64(T*C) {
+			t.Errorf("T=%d C=%d: act saw %d values, want %d", T, C, n, T*C)
+		}
+		if e := relL2(got, want); e > 1e-6 {
+			t.Errorf("T=%d C=%d: rel-L2 %.3g vs CausalConv1D", T, C, e)
+		}
+		if bad := sameBits(state, wantState); bad > 0 {
+			t.Errorf("T=%d C=%d: %d state values differ", T, C, bad)
+		}
 	}
 }
