@@ -4,8 +4,9 @@ import "math"
 
 // The float64 vector kernels the delta rule is built from. Each output element is one
 // chain of fused multiply-adds in increasing index order (math.FMA here, VFMADD231PD in
-// the AVX-512 versions of kernels_amd64.s), so every platform and every path computes the
-// same bits: states and outputs do not depend on which machine ran a prompt.
+// the AVX-512 versions of kernels_amd64.s), so every platform and every path of a kernel
+// computes the same bits, whatever the vector width (the rule's exps come from math.Exp,
+// which does not promise its last bit across architectures).
 
 // gemv64 sets y[j] = scale*y[j] + Σ_{x<k} a[x]·b[x*ldb+j] for j < n, accumulating in
 // increasing x with one rounding per step (FMA).
