@@ -5,6 +5,8 @@ package cpu
 
 import (
 	"fmt"
+	"math"
+	"sync"
 
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/cpu/kernels"
@@ -161,16 +163,13 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 				n -= end % deltanet.ChunkSize
 			}
 			r0 := sq.Row + p0
-			mixed := make([]float32, n*C)
-			deltanet.CausalConv1DOn(run, mixed, x.data[r0*C:(r0+n)*C], n, C, conv, K, st.conv)
-			in := deltanet.Inputs{T: n, Q: make([]float32, n*kd), K: make([]float32, n*kd), V: make([]float32, n*vd),
-				G: make([]float32, n*nv), Beta: make([]float32, n*nv)}
-			for t := 0; t < n; t++ {
-				row := mixed[t*C : (t+1)*C]
-				copy(in.Q[t*kd:(t+1)*kd], row[:kd])
-				copy(in.K[t*kd:(t+1)*kd], row[kd:2*kd])
-				copy(in.V[t*vd:(t+1)*vd], row[2*kd:])
-			}
+			buf := dnBufs.Get().(*dnBuf)
+			buf.mixed = growF32(buf.mixed, n*C)
+			buf.g, buf.beta = growF32(buf.g, n*nv), growF32(buf.beta, n*nv)
+			mixed := buf.mixed
+			deltanet.CausalConv1DActOn(run, mixed, x.data[r0*C:(r0+n)*C], n, C, conv, K, st.conv, silu)
+			// q, k and v are views into the conv output's rows (Inputs.Stride).
+			in := deltanet.Inputs{T: n, Q: mixed, K: mixed[kd:], V: mixed[2*kd:], G: buf.g, Beta: buf.beta, Stride: C}
 			deltanet.Gates(in.Beta, in.G, bb.data[r0*nv:(r0+n)*nv], aa.data[r0*nv:(r0+n)*nv], aLog, dtBias, n, nv)
 			out := o.data[r0*vd : (r0+n)*vd]
 			switch {
@@ -182,10 +181,52 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 				deltanet.RecurrentInto(run, d, in, from, to, out)
 			}
 			from = to // later pieces continue in place
-			deltanet.GatedRMSNorm(out, out, zt.data[r0*vd:(r0+n)*vd], norm, n*nv, p.ValueDim, p.Eps)
+			b.gatedRMSNorm(out, out, zt.data[r0*vd:(r0+n)*vd], norm, n*nv, p.ValueDim, p.Eps)
+			dnBufs.Put(buf)
 		}
 		st.commit(sq.N)
 	}
+}
+
+// dnBuf is GatedDeltaNet's scratch for one piece: the conv output and the gates.
+type dnBuf struct{ mixed, g, beta []float32 }
+
+var dnBufs = sync.Pool{New: func() any { return new(dnBuf) }}
+
+func growF32(b []float32, n int) []float32 {
+	if cap(b) < n {
+		return make([]float32, n)
+	}
+	return b[:n]
+}
+
+// silu sets x = silu(x) = x·sigmoid(x) with the vectorised exp (within 2 ulp of
+// math.Exp), using tmp (len(x)) for the exps: a deltanet.CausalConv1DActOn activation.
+func silu(x, tmp []float32) {
+	e := negExp(tmp[:len(x)], x)
+	for i, v := range x {
+		x[i] = v / (1 + e[i])
+	}
+}
+
+// gatedRMSNorm is deltanet.GatedRMSNorm on the backend's workers, with silu(z) from the
+// vectorised exp: y = w * rmsnorm(x) * silu(z) for n rows of width dim (out may alias x).
+func (b *Backend) gatedRMSNorm(out, x, z, w []float32, n, dim int, eps float32) {
+	b.parallel(n, max(1, 4096/dim), func(lo, hi, wk int) {
+		e := b.scratchBuf(wk, dim)
+		for r := lo; r < hi; r++ {
+			xr, zr, or := x[r*dim:(r+1)*dim], z[r*dim:(r+1)*dim], out[r*dim:(r+1)*dim]
+			var ss float64
+			for _, v := range xr {
+				ss += float64(v) * float64(v)
+			}
+			inv := 1 / math.Sqrt(ss/float64(dim)+float64(eps))
+			negExp(e, zr)
+			for i, v := range xr {
+				or[i] = float32(float64(w[i]) * float64(v) * inv * float64(zr[i]/(1+e[i])))
+			}
+		}
+	})
 }
 
 // deltaPiece is the most tokens of one sequence GatedDeltaNet processes at once.
@@ -292,4 +333,38 @@ func (b *Backend) MatMulPrecise(dst, x engine.Tensor, w engine.Weight) {
 	b.parallel(units, max(1, 64/align), func(lo, hi, _ int) {
 		k.MatMulExact(d.data, N, in, lo*align, min(N, hi*align))
 	})
+}
+
+// MatMulShared sets dsts[i] = x·ws[i]ᵀ for weights that take the same input (the
+// projections of a token mixer): for quantized weights the input is quantized once and
+// all the products run as one parallel job, with the bits of one MatMul each. With
+// precise, each product is MatMulPrecise's (PreciseHybrid then takes float32
+// activations). Anything else (exact mode, unquantized weights) takes one MatMul each.
+func (b *Backend) MatMulShared(dsts []engine.Tensor, x engine.Tensor, ws []engine.Weight, precise bool) {
+	xt := tt(x)
+	shared := !b.exact && !(precise && b.preciseHybrid) && len(dsts) == len(ws)
+	ds, wts := make([]*Tensor, len(ws)), make([]*Weight, len(ws))
+	for i, w := range ws {
+		wt := ww(w)
+		ds[i], wts[i] = tt(dsts[i]), wt
+		if wt.k == nil || !wt.k.Quantized() || wt.cols != xt.cols || ds[i].rows != xt.rows || ds[i].cols != wt.rows {
+			shared = false
+		}
+	}
+	if !shared {
+		for i, w := range ws {
+			if precise {
+				b.MatMulPrecise(dsts[i], x, w)
+			} else {
+				b.MatMul(dsts[i], x, w, nil)
+			}
+		}
+		return
+	}
+	M, K := xt.rows, xt.cols
+	in := inputs.Get().(*kernels.Input)
+	defer inputs.Put(in)
+	in.Reset(xt.data, M, K)
+	b.parallel(M, max(1, 8192/K), func(lo, hi, _ int) { in.QuantizeRows(lo, hi) })
+	b.matmulInputs(in, ds, wts)
 }

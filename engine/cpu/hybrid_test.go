@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -312,4 +313,70 @@ func TestGatedDeltaNetPromptEndPieces(t *testing.T) {
 			t.Fatalf("state value %d: %g vs %g", i, s1.rule[i], s2.rule[i])
 		}
 	}
+}
+
+// MatMulShared gives the bits of one MatMul (or MatMulPrecise) per weight: quantized
+// weights of several sizes and formats (one input quantized once, one job), a float32
+// weight among them (one MatMul each), and PreciseHybrid (float32 activations).
+func TestMatMulSharedBitIdentical(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	const K = 256
+	for _, precise := range []bool{false, true} {
+		b, err := New(Config{Threads: 2, PreciseHybrid: precise})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		up := func(f tensor.Format, rows int) engine.Weight {
+			h, _ := host(t, r, f, rows, K)
+			w, err := b.Upload(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}
+		sets := map[string][]engine.Weight{
+			"q8_0":   {up(tensor.Q8_0, 96), up(tensor.Q8_0, 32), up(tensor.Q8_0, 8)},
+			"mixed":  {up(tensor.Q6_K, 48), up(tensor.Q4_K, 64), up(tensor.Q8_0, 16)},
+			"with32": {up(tensor.Q8_0, 64), f32Weight(t, b, scaled(r, 16*K, 1), 16, K)},
+		}
+		for name, ws := range sets {
+			for _, M := range []int{1, 3, 16, 40} {
+				t.Run(fmt.Sprintf("precise=%v/%s/M%d", precise, name, M), func(t *testing.T) {
+					x := tensorOf(b, M, K, randn(r, M*K))
+					// The shared products first: the references must not leave
+					// this x's quantization in the pooled input.
+					got, want := make([]engine.Tensor, len(ws)), make([]engine.Tensor, len(ws))
+					for i, w := range ws {
+						got[i], want[i] = b.NewTensor(M, w.Rows()), b.NewTensor(M, w.Rows())
+					}
+					b.MatMulShared(got, x, ws, true)
+					for i, w := range ws {
+						b.MatMulPrecise(want[i], x, w)
+						if bad := diffBits(got[i].(*Tensor).data, want[i].(*Tensor).data); bad > 0 {
+							t.Errorf("weight %d: %d values differ from MatMulPrecise", i, bad)
+						}
+					}
+					x = tensorOf(b, M, K, randn(r, M*K))
+					b.MatMulShared(got, x, ws, false)
+					for i := range ws {
+						b.MatMul(want[i], x, ws[i], nil)
+						if bad := diffBits(got[i].(*Tensor).data, want[i].(*Tensor).data); bad > 0 {
+							t.Errorf("weight %d: %d values differ from MatMul", i, bad)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func diffBits(a, b []float32) int {
+	bad := 0
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			bad++
+		}
+	}
+	return bad
 }

@@ -84,27 +84,67 @@ func CausalConv1D(out, x []float32, T, C int, w []float32, K int, state []float3
 
 // CausalConv1DOn is CausalConv1D with channels spread by r.
 func CausalConv1DOn(r Runner, out, x []float32, T, C int, w []float32, K int, state []float32) {
+	causalConv(r, out, x, T, C, w, K, state, nil)
+}
+
+// CausalConv1DActOn is CausalConv1DOn with the activation act instead of the SiLU: the
+// convolution is rounded to float32 and act rewrites it in place, a block of one token's
+// channels at a time while they are in cache (a backend's SiLU with its own vector exp),
+// with tmp scratch of the block's length. act runs on r's workers, concurrently on
+// disjoint blocks.
+func CausalConv1DActOn(r Runner, out, x []float32, T, C int, w []float32, K int, state []float32, act func(block, tmp []float32)) {
+	causalConv(r, out, x, T, C, w, K, state, act)
+}
+
+// convBlock is the number of channels a conv worker keeps in its float64 accumulators:
+// loops run token-major over a block, so rows are read contiguously.
+const convBlock = 512
+
+func causalConv(r Runner, out, x []float32, T, C int, w []float32, K int, state []float32, act func(block, tmp []float32)) {
 	if len(x) < T*C || len(out) < T*C || len(w) < C*K || len(state) < (K-1)*C {
 		panic("deltanet: CausalConv1D slice too short")
 	}
 	S := K - 1
-	// input returns token s of state++x, s in [-S, T).
-	at := func(s, c int) float32 {
-		if s < 0 {
-			return state[(s+S)*C+c]
-		}
-		return x[s*C+c]
-	}
-	r.run(C, max(1, 4096/max(T*K, 1)), func(c0, c1 int) {
-		for c := c0; c < c1; c++ {
-			wc := w[c*K : c*K+K]
-			for t := 0; t < T; t++ {
-				var acc float64
-				base := t - S
+	blocks := (C + convBlock - 1) / convBlock
+	// A worker's share is at least ~64k multiply-adds: one decode token's conv
+	// (ConvDim × K) is cheaper than waking a worker.
+	r.run(blocks, max(1, 65536/max(T*K*convBlock, 1)), func(b0, b1 int) {
+		acc := make([]float64, convBlock)
+		tmp := make([]float32, convBlock)
+		wT := make([]float64, K*convBlock) // wT[j*convBlock+c] = w[(c0+c)*K+j]
+		for b := b0; b < b1; b++ {
+			c0, c1 := b*convBlock, min(C, (b+1)*convBlock)
+			n := c1 - c0
+			for c := 0; c < n; c++ {
 				for j := 0; j < K; j++ {
-					acc += float64(wc[j]) * float64(at(base+j, c))
+					wT[j*convBlock+c] = float64(w[(c0+c)*K+j])
 				}
-				out[t*C+c] = float32(acc / (1 + math.Exp(-acc)))
+			}
+			for t := 0; t < T; t++ {
+				a := acc[:n]
+				clear(a)
+				// Input token s of state++x, s in [-S, T), in increasing j: the
+				// sum of exact float64 products in the order of the formula.
+				for j := 0; j < K; j++ {
+					var in []float32
+					if s := t - S + j; s < 0 {
+						in = state[(s+S)*C+c0 : (s+S)*C+c1]
+					} else {
+						in = x[s*C+c0 : s*C+c1]
+					}
+					convAcc64(a, wT[j*convBlock:j*convBlock+n], in)
+				}
+				o := out[t*C+c0 : t*C+c1]
+				if act == nil {
+					for c, v := range a {
+						o[c] = float32(v / (1 + math.Exp(-v)))
+					}
+				} else {
+					for c, v := range a {
+						o[c] = float32(v)
+					}
+					act(o, tmp[:len(o)])
+				}
 			}
 		}
 	})
@@ -154,11 +194,26 @@ type Inputs struct {
 	V    []float32 // [T, NumValueHeads*ValueDim]
 	G    []float32 // [T, NumValueHeads], log decay (<= 0)
 	Beta []float32 // [T, NumValueHeads]
+	// Stride, when not 0, is the row stride of Q, K and V: views into rows holding all
+	// three, as the conv output [T, ConvDim] does, so nothing is copied out of it.
+	Stride int
+}
+
+// strides returns the row strides of Q/K and of V.
+func (in Inputs) strides(d Dims) (qk, v int) {
+	if in.Stride != 0 {
+		return in.Stride, in.Stride
+	}
+	return d.NumKeyHeads * d.KeyDim, d.NumValueHeads * d.ValueDim
 }
 
 func (in Inputs) check(d Dims, state, out []float32) {
 	kd, vd := d.NumKeyHeads*d.KeyDim, d.NumValueHeads*d.ValueDim
-	if len(in.Q) < in.T*kd || len(in.K) < in.T*kd || len(in.V) < in.T*vd ||
+	qs, vs := in.strides(d)
+	rows := func(x []float32, stride, width int) bool {
+		return in.T == 0 || len(x) >= (in.T-1)*stride+width
+	}
+	if qs < kd || vs < vd || !rows(in.Q, qs, kd) || !rows(in.K, qs, kd) || !rows(in.V, vs, vd) ||
 		len(in.G) < in.T*d.NumValueHeads || len(in.Beta) < in.T*d.NumValueHeads ||
 		len(state) < d.StateSize() || len(out) < in.T*vd {
 		panic("deltanet: gated delta rule slice too short")
@@ -172,43 +227,49 @@ func (in Inputs) check(d Dims, state, out []float32) {
 // The rule runs in float64 and rounds to float32 only at its outputs and the stored state:
 // its output is later RMS-normalised per head, which amplifies rounding error when a
 // head's output is small (it happens in the fixtures: a head with mean square ~1e-6 at the
-// 1e-6 epsilon), so the extra precision keeps us within the reference's own rounding.
+// 1e-6 epsilon), so the extra precision keeps us within the reference's own rounding. The
+// loops are the vector kernels of kernels.go (one FMA chain per output element), with
+// every dot product written as a column of a product with a transposed matrix, so that
+// no result depends on a vector width.
 type headData struct {
 	q, k, v, g, beta, S []float64
-	G, A, U, W, P       []float64
+	G, A, P, E, KT, KTe []float64
+	U, W, tq, o         []float64
 }
 
-func gatherHead(d Dims, in Inputs, h int, hd *headData, state []float32) {
-	T, dk, dv := in.T, d.KeyDim, d.ValueDim
-	r := d.NumValueHeads / d.NumKeyHeads
-	kh := h / r
-	kd, vd, nv := d.NumKeyHeads*dk, d.NumValueHeads*dv, d.NumValueHeads
+// gatherKey fills key head kh's normalised q (scaled by 1/sqrt(KeyDim)) and k, shared by
+// the value heads it serves.
+func gatherKey(d Dims, in Inputs, kh int, hd *headData) {
+	T, dk := in.T, d.KeyDim
+	qs, _ := in.strides(d)
 	scale := 1 / math.Sqrt(float64(dk))
 	hd.q = grow(hd.q, T*dk)
 	hd.k = grow(hd.k, T*dk)
+	for t := 0; t < T; t++ {
+		l2normScaled(hd.q[t*dk:(t+1)*dk], in.Q[t*qs+kh*dk:t*qs+(kh+1)*dk], scale)
+		l2normScaled(hd.k[t*dk:(t+1)*dk], in.K[t*qs+kh*dk:t*qs+(kh+1)*dk], 1)
+	}
+}
+
+// gatherValue fills value head h's v, g, beta and state.
+func gatherValue(d Dims, in Inputs, h int, hd *headData, state []float32) {
+	T, dk, dv, nv := in.T, d.KeyDim, d.ValueDim, d.NumValueHeads
+	_, vs := in.strides(d)
 	hd.v = grow(hd.v, T*dv)
 	hd.g = grow(hd.g, T)
 	hd.beta = grow(hd.beta, T)
 	for t := 0; t < T; t++ {
-		l2normScaled(hd.q[t*dk:(t+1)*dk], in.Q[t*kd+kh*dk:t*kd+(kh+1)*dk], scale)
-		l2normScaled(hd.k[t*dk:(t+1)*dk], in.K[t*kd+kh*dk:t*kd+(kh+1)*dk], 1)
-		for j, v := range in.V[t*vd+h*dv : t*vd+(h+1)*dv] {
-			hd.v[t*dv+j] = float64(v)
-		}
+		widen64(hd.v[t*dv:(t+1)*dv], in.V[t*vs+h*dv:t*vs+(h+1)*dv])
 		hd.g[t] = float64(in.G[t*nv+h])
 		hd.beta[t] = float64(in.Beta[t*nv+h])
 	}
 	hd.S = grow(hd.S, dk*dv)
-	for i, v := range state[h*dk*dv : (h+1)*dk*dv] {
-		hd.S[i] = float64(v)
-	}
+	widen64(hd.S, state[h*dk*dv:(h+1)*dk*dv])
 }
 
 func storeState(d Dims, h int, hd *headData, state []float32) {
 	n := d.KeyDim * d.ValueDim
-	for i, v := range hd.S[:n] {
-		state[h*n+i] = float32(v)
-	}
+	narrow32(state[h*n:(h+1)*n], hd.S[:n])
 }
 
 func grow(b []float64, n int) []float64 {
@@ -234,9 +295,18 @@ func RecurrentOn(r Runner, d Dims, in Inputs, state, out []float32) {
 func RecurrentInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
 	in.check(d, from, out)
 	in.check(d, to, out)
-	forHeads(r, d.NumValueHeads, in.T*d.KeyDim*d.ValueDim, func(h int, hd *headData) {
-		gatherHead(d, in, h, hd, from)
+	n := d.KeyDim * d.ValueDim
+	forHeads(r, d, in, func(h int, hd *headData) {
+		gatherValue(d, in, h, hd, from)
 		recurrentHead(d, hd, 0, in.T, out, h, false)
+		if in.T == 1 {
+			// A decode step's new state is read again only at the layer's next
+			// step, after the weights streamed through the caches: stores past
+			// the cache skip reading its lines first (BenchmarkRecurrentCold
+			// ~30% less CPU; ~5% more when the state stays cached).
+			narrow32Stream(to[h*n:(h+1)*n], hd.S[:n])
+			return
+		}
 		storeState(d, h, hd, to)
 	})
 }
@@ -244,6 +314,10 @@ func RecurrentInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
 // recurrentHead runs rows [t0, t1) token by token. With round, the state is rounded to
 // float32 between tokens, as storing it between one-token calls (decode steps) does (the
 // caller stores, or rounds, the state after the last one).
+//
+// One token: with S the incoming state [KeyDim, ValueDim] and decay exp(g),
+// delta = beta (v - decay Sᵀk), S' = decay S + k deltaᵀ, o = S'ᵀq: three passes over S
+// (the decayed state is never stored on its own).
 func recurrentHead(d Dims, hd *headData, t0, t1 int, out []float32, h int, round bool) {
 	dk, dv := d.KeyDim, d.ValueDim
 	vd := d.NumValueHeads * dv
@@ -255,30 +329,14 @@ func recurrentHead(d Dims, hd *headData, t0, t1 int, out []float32, h int, round
 		decay := math.Exp(hd.g[t])
 		beta := hd.beta[t]
 		clear(delta)
-		for i := 0; i < dk; i++ {
-			row := S[i*dv : (i+1)*dv]
-			ki := k[i]
-			for j := range row {
-				row[j] *= decay
-				delta[j] += row[j] * ki
-			}
-		}
+		gemv64(delta, k, S, dk, dv, dv, 1)
 		for j := range delta {
-			delta[j] = (v[j] - delta[j]) * beta
+			delta[j] = (v[j] - decay*delta[j]) * beta
 		}
+		ger64(S, k, delta, dk, dv, dv, decay)
 		clear(o)
-		for i := 0; i < dk; i++ {
-			row := S[i*dv : (i+1)*dv]
-			ki, qi := k[i], q[i]
-			for j := range row {
-				row[j] += ki * delta[j]
-				o[j] += row[j] * qi
-			}
-		}
-		dst := out[t*vd+h*dv : t*vd+(h+1)*dv]
-		for j, x := range o {
-			dst[j] = float32(x)
-		}
+		gemv64(o, q, S, dk, dv, dv, 1)
+		narrow32(out[t*vd+h*dv:t*vd+(h+1)*dv], o)
 		if round && t < t1-1 {
 			roundState(S)
 		}
@@ -287,11 +345,7 @@ func recurrentHead(d Dims, hd *headData, t0, t1 int, out []float32, h int, round
 
 // roundState rounds every element of a float64 state to float32, the precision the state
 // is stored in between calls.
-func roundState(S []float64) {
-	for i, v := range S {
-		S[i] = float64(float32(v))
-	}
-}
+func roundState(S []float64) { round32(S) }
 
 // Chunked runs the gated delta rule in chunks of ChunkSize tokens (the prefill form,
 // transformers' torch_chunk_gated_delta_rule). Same contract as Recurrent, and the same
@@ -308,8 +362,8 @@ func ChunkedOn(r Runner, d Dims, in Inputs, state, out []float32) {
 func ChunkedInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
 	in.check(d, from, out)
 	in.check(d, to, out)
-	forHeads(r, d.NumValueHeads, in.T*d.KeyDim*d.ValueDim, func(h int, hd *headData) {
-		gatherHead(d, in, h, hd, from)
+	forHeads(r, d, in, func(h int, hd *headData) {
+		gatherValue(d, in, h, hd, from)
 		chunkedHead(d, hd, 0, in.T, ChunkSize, out, h, false)
 		storeState(d, h, hd, to)
 	})
@@ -332,8 +386,8 @@ func CanonicalInto(r Runner, d Dims, in Inputs, pos, prompt int, from, to, out [
 		panic(fmt.Sprintf("deltanet: canonical rule at position %d with %d prompt rows of %d", pos, prompt, in.T))
 	}
 	first := ChunkSize - pos%ChunkSize
-	forHeads(r, d.NumValueHeads, in.T*d.KeyDim*d.ValueDim, func(h int, hd *headData) {
-		gatherHead(d, in, h, hd, from)
+	forHeads(r, d, in, func(h int, hd *headData) {
+		gatherValue(d, in, h, hd, from)
 		chunkedHead(d, hd, 0, prompt, first, out, h, true)
 		if prompt > 0 && prompt < in.T {
 			roundState(hd.S) // the prompt's end
@@ -342,6 +396,9 @@ func CanonicalInto(r Runner, d Dims, in Inputs, pos, prompt int, from, to, out [
 		storeState(d, h, hd, to) // rounds after the last chunk or token
 	})
 }
+
+// up8 rounds n up to a multiple of 8 (the kernels' vector width; ChunkSize is one).
+func up8(n int) int { return (n + 7) &^ 7 }
 
 // chunkedHead runs rows [t0, t1) in chunks: the first of at most first rows, then of
 // ChunkSize. With round, the state is rounded to float32 between chunks (the caller
@@ -352,105 +409,104 @@ func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, 
 	C := ChunkSize
 	S := hd.S
 	hd.G = grow(hd.G, C)
-	hd.A = grow(hd.A, C*C) // strictly lower: beta_i k_i.k_j exp(G_i-G_j)
+	hd.A = grow(hd.A, C*C)      // strictly lower: -beta_i k_i.k_j exp(G_i-G_j)
+	hd.P = grow(hd.P, C*C)      // lower: q_i.k_j exp(G_i-G_j), zero above
+	hd.E = grow(hd.E, C*C)      // lower: exp(G_i-G_j)
+	hd.KT = grow(hd.KT, dk*C)   // Kᵀ: KT[x*C+j] = k_j[x]
+	hd.KTe = grow(hd.KTe, dk*C) // KTe[x*C+i] = exp(G_last-G_i) k_i[x]
 	hd.U = grow(hd.U, C*dv)
 	hd.W = grow(hd.W, C*dk)
-	hd.P = grow(hd.P, C+dv) // one row of the intra-chunk attention, one output row
-	G, A, U, W := hd.G, hd.A, hd.U, hd.W
-	P, o := hd.P[:C], hd.P[C:C+dv]
+	hd.tq = grow(hd.tq, C*dk) // exp(G) Q
+	hd.o = grow(hd.o, C*dv)
+	G, A, P, E, KT, KTe, U, W := hd.G, hd.A, hd.P, hd.E, hd.KT, hd.KTe, hd.U, hd.W
+	tq, o := hd.tq, hd.o
 	for c0, L := t0, min(first, C); c0 < t1; c0, L = c0+L, C {
 		L = min(L, t1-c0)
+		Lp := up8(L)
 		q := hd.q[c0*dk : (c0+L)*dk]
 		k := hd.k[c0*dk : (c0+L)*dk]
 		v := hd.v[c0*dv : (c0+L)*dv]
 		beta := hd.beta[c0 : c0+L]
+		// G is the cumulative log decay; E[i][j] = exp(G_i-G_j) = Π_{j<m<=i} exp(g_m),
+		// built from one exp per row (float64 products: far below float32 rounding).
 		var acc float64
 		for i := 0; i < L; i++ {
 			acc += hd.g[c0+i]
 			G[i] = acc
+			eg := math.Exp(hd.g[c0+i])
+			E[i*C+i] = 1
+			for j := i - 1; j >= 0; j-- {
+				E[i*C+j] = E[(i-1)*C+j] * eg
+			}
 		}
-		// A and the right-hand sides beta*V, beta*exp(G)*K.
-		for i := 0; i < L; i++ {
-			ki := k[i*dk : (i+1)*dk]
-			for j := 0; j < i; j++ {
-				A[i*C+j] = beta[i] * dot(ki, k[j*dk:(j+1)*dk]) * math.Exp(G[i]-G[j])
-			}
-			eg := math.Exp(G[i])
-			for x := 0; x < dv; x++ {
-				U[i*dv+x] = beta[i] * v[i*dv+x]
-			}
+		// Transposed in blocks of 8 rows: each written line of KT is whole.
+		for i0 := 0; i0 < L; i0 += 8 {
+			i1 := min(L, i0+8)
 			for x := 0; x < dk; x++ {
-				W[i*dk+x] = beta[i] * eg * ki[x]
+				kt := KT[x*C+i0 : x*C+i1]
+				for i := range kt {
+					kt[i] = k[(i0+i)*dk+x]
+				}
 			}
 		}
-		// Forward substitution: (I + A) U = beta V, (I + A) W = beta exp(G) K.
-		for i := 1; i < L; i++ {
-			ui, wi := U[i*dv:(i+1)*dv], W[i*dk:(i+1)*dk]
+		// K Kᵀ and Q Kᵀ (columns up to Lp read KT's padding, never used).
+		clear(A[:L*C])
+		clear(P[:L*C])
+		gemm64(A, C, k, dk, KT, C, L, dk, Lp, 1)
+		gemm64(P, C, q, dk, KT, C, L, dk, Lp, 1)
+		// A and the right-hand sides beta*V and -beta*exp(G)*K (W holds -W: the
+		// substitution is linear and negation exact, so Vn = U + W S below).
+		for i := 0; i < L; i++ {
 			for j := 0; j < i; j++ {
-				a := A[i*C+j]
-				axpy(ui, -a, U[j*dv:(j+1)*dv])
-				axpy(wi, -a, W[j*dk:(j+1)*dk])
+				A[i*C+j] = -(beta[i] * A[i*C+j] * E[i*C+j])
 			}
+			for j := 0; j <= i; j++ {
+				P[i*C+j] *= E[i*C+j]
+			}
+			clear(P[i*C+i+1 : i*C+L])
+			bi, nbe := beta[i], -(beta[i] * math.Exp(G[i]))
+			ui, vi := U[i*dv:(i+1)*dv], v[i*dv:(i+1)*dv]
+			for x := range ui {
+				ui[x] = bi * vi[x]
+			}
+			wi, ki := W[i*dk:(i+1)*dk], k[i*dk:(i+1)*dk]
+			for x := range wi {
+				wi[x] = nbe * ki[x]
+			}
+		}
+		// Forward substitution: (I + A) U = beta V, (I + A) W = -beta exp(G) K.
+		for i := 1; i < L; i++ {
+			gemv64(U[i*dv:(i+1)*dv], A[i*C:i*C+i], U, i, dv, dv, 1)
+			gemv64(W[i*dk:(i+1)*dk], A[i*C:i*C+i], W, i, dk, dk, 1)
 		}
 		// Vn = U - W S (in place in U).
-		for i := 0; i < L; i++ {
-			ui, wi := U[i*dv:(i+1)*dv], W[i*dk:(i+1)*dk]
-			for x := 0; x < dk; x++ {
-				axpy(ui, -wi[x], S[x*dv:(x+1)*dv])
-			}
-		}
+		gemm64(U, dv, W, dk, S, dv, L, dk, dv, 1)
 		// O = (exp(G) Q) S + P Vn.
 		for i := 0; i < L; i++ {
-			clear(o)
-			qi := q[i*dk : (i+1)*dk]
 			eg := math.Exp(G[i])
-			for x := 0; x < dk; x++ {
-				axpy(o, eg*qi[x], S[x*dv:(x+1)*dv])
-			}
-			for j := 0; j <= i; j++ {
-				P[j] = dot(qi, k[j*dk:(j+1)*dk]) * math.Exp(G[i]-G[j])
-			}
-			for j := 0; j <= i; j++ {
-				axpy(o, P[j], U[j*dv:(j+1)*dv])
-			}
-			dst := out[(c0+i)*vd+h*dv : (c0+i)*vd+(h+1)*dv]
-			for x, val := range o {
-				dst[x] = float32(val)
+			for x, qx := range q[i*dk : (i+1)*dk] {
+				tq[i*dk+x] = eg * qx
 			}
 		}
-		// S' = exp(G_last) S + sum_i exp(G_last - G_i) k_i Vn_i^T.
-		gl := G[L-1]
-		el := math.Exp(gl)
-		for x := range S {
-			S[x] *= el
-		}
+		clear(o[:L*dv])
+		gemm64(o, dv, tq, dk, S, dv, L, dk, dv, 1)
+		gemm64(o, dv, P, C, U, dv, L, L, dv, 1)
 		for i := 0; i < L; i++ {
-			e := math.Exp(gl - G[i])
-			ki, ui := k[i*dk:(i+1)*dk], U[i*dv:(i+1)*dv]
-			for x := 0; x < dk; x++ {
-				axpy(S[x*dv:(x+1)*dv], e*ki[x], ui)
+			narrow32(out[(c0+i)*vd+h*dv:(c0+i)*vd+(h+1)*dv], o[i*dv:(i+1)*dv])
+		}
+		// S' = exp(G_last) S + sum_i exp(G_last - G_i) k_i Vn_i^T; exp(G_last - G_i)
+		// is row L-1 of E.
+		el := E[(L-1)*C : (L-1)*C+L]
+		for x := 0; x < dk; x++ {
+			kt, kte := KT[x*C:x*C+L], KTe[x*C:x*C+L]
+			for i, e := range el {
+				kte[i] = e * kt[i]
 			}
 		}
+		gemm64(S, dv, KTe, C, U, dv, dk, L, dv, math.Exp(G[L-1]))
 		if round && c0+L < t1 {
 			roundState(S)
 		}
-	}
-}
-
-func dot(a, b []float64) float64 {
-	b = b[:len(a)]
-	var s float64
-	for i, v := range a {
-		s += v * b[i]
-	}
-	return s
-}
-
-// axpy: y += a*x.
-func axpy(y []float64, a float64, x []float64) {
-	x = x[:len(y)]
-	for i := range y {
-		y[i] += a * x[i]
 	}
 }
 
@@ -484,19 +540,28 @@ func (r Runner) run(n, grain int, fn func(lo, hi int)) {
 	r(n, grain, fn)
 }
 
-// forHeads runs fn for every head; each chunk of heads has its own scratch.
-func forHeads(r Runner, heads, work int, fn func(h int, hd *headData)) {
-	grain := heads
-	if heads*work >= 1<<14 {
+// forHeads runs fn for every value head, spread over key heads: each key head's q and k
+// are normalised once (gatherKey) for the value heads it serves, which run one after the
+// other. Scratch comes from a pool, so a layer's call allocates nothing.
+func forHeads(r Runner, d Dims, in Inputs, fn func(h int, hd *headData)) {
+	nk, rep := d.NumKeyHeads, d.NumValueHeads/d.NumKeyHeads
+	grain := nk
+	if d.NumValueHeads*in.T*d.KeyDim*d.ValueDim >= 1<<14 {
 		grain = 1
 	}
-	r.run(heads, grain, func(lo, hi int) {
-		var hd headData
-		for h := lo; h < hi; h++ {
-			fn(h, &hd)
+	r.run(nk, grain, func(lo, hi int) {
+		hd := scratch.Get().(*headData)
+		defer scratch.Put(hd)
+		for kh := lo; kh < hi; kh++ {
+			gatherKey(d, in, kh, hd)
+			for h := kh * rep; h < (kh+1)*rep; h++ {
+				fn(h, hd)
+			}
 		}
 	})
 }
+
+var scratch = sync.Pool{New: func() any { return new(headData) }}
 
 // parallelFor splits [0,n) into ranges of at least grain items over the cores.
 func parallelFor(n, grain int, fn func(lo, hi int)) {

@@ -3,6 +3,7 @@ package deltanet
 import (
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 )
 
@@ -299,6 +300,91 @@ func TestIntoKeepsIncomingState(t *testing.T) {
 		}
 		if relL2(o2, o1) != 0 || relL2(to, inPlace) != 0 || relL2(from, init) != 0 {
 			t.Errorf("T=%d: Into differs from the in-place form or changed its input state", T)
+		}
+	}
+}
+
+// Q, K and V as views into shared rows (Inputs.Stride, the conv output's layout) give the
+// bits of separate dense slices, in every form.
+func TestStridedInputs(t *testing.T) {
+	d := Dims{NumKeyHeads: 2, NumValueHeads: 4, KeyDim: 16, ValueDim: 8}
+	r := rand.New(rand.NewPCG(21, 22))
+	kd, vd, C := d.NumKeyHeads*d.KeyDim, d.NumValueHeads*d.ValueDim, d.ConvDim()
+	for _, T := range []int{1, 70} {
+		in := randomInputs(r, d, T)
+		rows := make([]float32, T*C)
+		for tk := 0; tk < T; tk++ {
+			copy(rows[tk*C:], in.Q[tk*kd:(tk+1)*kd])
+			copy(rows[tk*C+kd:], in.K[tk*kd:(tk+1)*kd])
+			copy(rows[tk*C+2*kd:], in.V[tk*vd:(tk+1)*vd])
+		}
+		st := Inputs{T: T, Q: rows, K: rows[kd:], V: rows[2*kd:], G: in.G, Beta: in.Beta, Stride: C}
+		init := randn(r, d.StateSize(), 0.5)
+		for name, run := range map[string]func(Inputs, []float32, []float32){
+			"recurrent": func(x Inputs, s, o []float32) { Recurrent(d, x, s, o) },
+			"chunked":   func(x Inputs, s, o []float32) { Chunked(d, x, s, o) },
+			"canonical": func(x Inputs, s, o []float32) { CanonicalInto(nil, d, x, 3, T/2, s, s, o) },
+		} {
+			s1, s2 := append([]float32(nil), init...), append([]float32(nil), init...)
+			o1, o2 := make([]float32, T*vd), make([]float32, T*vd)
+			run(in, s1, o1)
+			run(st, s2, o2)
+			if bad := sameBits(o1, o2) + sameBits(s1, s2); bad > 0 {
+				t.Errorf("T=%d %s: %d values differ with strided inputs", T, name, bad)
+			}
+		}
+	}
+}
+
+// BenchmarkRecurrentCold is BenchmarkRecurrent with the state read from and written to
+// memory the caches do not hold (64 sequences' states in turn, 128 MiB each way), as in
+// a decode step that streams the weights between two visits of a layer.
+func BenchmarkRecurrentCold(b *testing.B) {
+	d := Dims{NumKeyHeads: 16, NumValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	r := rand.New(rand.NewPCG(1, 1))
+	in := randomInputs(r, d, 1)
+	const n = 64
+	from, to := make([][]float32, n), make([][]float32, n)
+	for i := range from {
+		from[i], to[i] = make([]float32, d.StateSize()), make([]float32, d.StateSize())
+	}
+	out := make([]float32, in.T*d.NumValueHeads*d.ValueDim)
+	i := 0
+	for b.Loop() {
+		RecurrentInto(nil, d, in, from[i%n], to[i%n], out)
+		i++
+	}
+}
+
+// CausalConv1DActOn hands act every output value exactly once, after the convolution,
+// and leaves the state as CausalConv1D does.
+func TestCausalConv1DAct(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	const K = 4
+	for _, dims := range [][2]int{{1, 300}, {9, 1100}, {70, 64}} {
+		T, C := dims[0], dims[1]
+		x, w, init := randn(r, T*C, 1), randn(r, C*K, 1), randn(r, (K-1)*C, 1)
+		want, wantState := make([]float32, T*C), append([]float32(nil), init...)
+		CausalConv1D(want, x, T, C, w, K, wantState)
+		got, state := make([]float32, T*C), append([]float32(nil), init...)
+		var seen atomic.Int64
+		CausalConv1DActOn(nil, got, x, T, C, w, K, state, func(block, tmp []float32) {
+			if len(tmp) != len(block) {
+				t.Errorf("tmp of %d for a block of %d", len(tmp), len(block))
+			}
+			seen.Add(int64(len(block)))
+			for i, v := range block {
+				block[i] = v / (1 + float32(math.Exp(float64(-v))))
+			}
+		})
+		if n := seen.Load(); n != int64(T*C) {
+			t.Errorf("T=%d C=%d: act saw %d values, want %d", T, C, n, T*C)
+		}
+		if e := relL2(got, want); e > 1e-6 {
+			t.Errorf("T=%d C=%d: rel-L2 %.3g vs CausalConv1D", T, C, e)
+		}
+		if bad := sameBits(state, wantState); bad > 0 {
+			t.Errorf("T=%d C=%d: %d state values differ", T, C, bad)
 		}
 	}
 }

@@ -455,15 +455,24 @@ func (m *Hybrid) attention(s *attnScratch, l *HybridAttention, li int, h, y engi
 		}
 		s.seqs = append(s.seqs, engine.AttnSeq{KV: kv, Row: sq.Row, N: sq.N, Pos: sq.Pos, GEMMRows: sq.GEMMRows})
 	}
+	q := s.q
+	if m.GatedAttention {
+		q = s.qg
+	}
+	if sm, ok := be.(sharedMatMuler); ok {
+		sm.MatMulShared([]engine.Tensor{q, s.k, s.v}, h, []engine.Weight{l.Q, l.K, l.V}, false)
+	} else {
+		// In this order: Metal fuses the de-interleave into the q projection's store.
+		be.MatMul(q, h, l.Q, nil)
+	}
 	if m.GatedAttention {
 		// q_proj rows are [q_0 | gate_0 | q_1 | gate_1 | ...], head_dim each.
-		be.MatMul(s.qg, h, l.Q, nil)
 		be.Deinterleave(s.q, s.gate, s.qg, hd)
-	} else {
-		be.MatMul(s.q, h, l.Q, nil)
 	}
-	be.MatMul(s.k, h, l.K, nil)
-	be.MatMul(s.v, h, l.V, nil)
+	if _, ok := be.(sharedMatMuler); !ok {
+		be.MatMul(s.k, h, l.K, nil)
+		be.MatMul(s.v, h, l.V, nil)
+	}
 	headNorm := engine.NormParams{Dim: hd, Eps: m.Eps, Offset: m.NormOffset}
 	be.RMSNorm(s.q, s.q, l.QNorm, headNorm)
 	be.RMSNorm(s.k, s.k, l.KNorm, headNorm)
@@ -503,6 +512,30 @@ type preciseMatMuler interface {
 	MatMulPrecise(dst, x engine.Tensor, w engine.Weight)
 }
 
+// sharedMatMuler is implemented by backends that run several products of one input as
+// one job (cpu: quantizing the input once), with the bits of one MatMul each, or
+// MatMulPrecise's with precise.
+type sharedMatMuler interface {
+	MatMulShared(dsts []engine.Tensor, x engine.Tensor, ws []engine.Weight, precise bool)
+}
+
+// matMulShared sets dsts[i] = x·ws[i]ᵀ, through the backend's MatMulShared where it has
+// one; precise: the projections of the linear-attention layers (MatMulPrecise).
+func (m *Hybrid) matMulShared(dsts []engine.Tensor, x engine.Tensor, ws []engine.Weight, precise bool) {
+	if sm, ok := m.be.(sharedMatMuler); ok {
+		sm.MatMulShared(dsts, x, ws, precise)
+		return
+	}
+	pm, ok := m.be.(preciseMatMuler)
+	for i, w := range ws {
+		if precise && ok {
+			pm.MatMulPrecise(dsts[i], x, w)
+		} else {
+			m.be.MatMul(dsts[i], x, w, nil)
+		}
+	}
+}
+
 // linearAttention is the Gated DeltaNet token mixer: y = out_proj(core(h)).
 func (m *Hybrid) linearAttention(s *linScratch, l *LinearAttention, li int, h, y engine.Tensor, bt *engine.Batch) error {
 	be := m.be
@@ -534,6 +567,7 @@ func (m *Hybrid) linearAttention(s *linScratch, l *LinearAttention, li int, h, y
 	if ex, ok := be.(preciseMatMuler); ok {
 		mm = ex.MatMulPrecise
 	}
+	shared := func(dsts []engine.Tensor, ws []engine.Weight) { m.matMulShared(dsts, h, ws, true) }
 	if l.QKVZ != nil {
 		// Qwen3-Next: per key head g the fused output is [q_g | k_g | v_g | z_g] (v_g, z_g
 		// hold the r = ValueHeads/KeyHeads value heads of the group), and BA is [b_g | a_g]
@@ -542,8 +576,7 @@ func (m *Hybrid) linearAttention(s *linScratch, l *LinearAttention, li int, h, y
 		r := d.ValueHeads / nk
 		kd := nk * dk
 		gw := 2*dk + 2*r*dv
-		mm(s.qkvz, h, l.QKVZ)
-		mm(s.ba, h, l.BA)
+		shared([]engine.Tensor{s.qkvz, s.ba}, []engine.Weight{l.QKVZ, l.BA})
 		for g := 0; g < nk; g++ {
 			be.Copy(s.qkv, 0, g*dk, s.qkvz, 0, g*gw, T, dk)
 			be.Copy(s.qkv, 0, kd+g*dk, s.qkvz, 0, g*gw+dk, T, dk)
@@ -553,10 +586,7 @@ func (m *Hybrid) linearAttention(s *linScratch, l *LinearAttention, li int, h, y
 			be.Copy(s.a, 0, g*r, s.ba, 0, g*2*r+r, T, r)
 		}
 	} else {
-		mm(s.qkv, h, l.QKV)
-		mm(s.z, h, l.Z)
-		mm(s.b, h, l.B)
-		mm(s.a, h, l.A)
+		shared([]engine.Tensor{s.qkv, s.z, s.b, s.a}, []engine.Weight{l.QKV, l.Z, l.B, l.A})
 	}
 	m.dn.GatedDeltaNet(s.core, s.qkv, s.z, s.b, s.a, l.W, s.seqs, d)
 	mm(y, s.core, l.Out)

@@ -1,0 +1,406 @@
+#include "textflag.h"
+
+// Float64 AVX-512 kernels of the gated delta rule. Every output element is one chain of
+// fused multiply-adds in increasing index order, so the results are bit-identical to the
+// portable versions in kernels.go, which use math.FMA in the same order.
+
+// func gemv64AVX512(y, a, b *float64, k, ldbBytes, n int, scale float64)
+// y[j] = scale*y[j], then y[j] = fma(a[x], b[x*ldb+j], y[j]) for x = 0..k-1; n is a
+// multiple of 8. Columns go in blocks of 16, 8, 4 and 1 vectors.
+TEXT ·gemv64AVX512(SB), NOSPLIT, $0-56
+	MOVQ y+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), BX
+	MOVQ k+24(FP), CX
+	MOVQ ldbBytes+32(FP), DX
+	MOVQ n+40(FP), R8
+	VBROADCASTSD scale+48(FP), Z17
+g16:
+	CMPQ R8, $128
+	JLT g8
+	VMULPD 0(DI), Z17, Z0
+	VMULPD 64(DI), Z17, Z1
+	VMULPD 128(DI), Z17, Z2
+	VMULPD 192(DI), Z17, Z3
+	VMULPD 256(DI), Z17, Z4
+	VMULPD 320(DI), Z17, Z5
+	VMULPD 384(DI), Z17, Z6
+	VMULPD 448(DI), Z17, Z7
+	VMULPD 512(DI), Z17, Z8
+	VMULPD 576(DI), Z17, Z9
+	VMULPD 640(DI), Z17, Z10
+	VMULPD 704(DI), Z17, Z11
+	VMULPD 768(DI), Z17, Z12
+	VMULPD 832(DI), Z17, Z13
+	VMULPD 896(DI), Z17, Z14
+	VMULPD 960(DI), Z17, Z15
+	MOVQ SI, R9
+	MOVQ BX, R10
+	MOVQ CX, R11
+	TESTQ R11, R11
+	JZ g16st
+g16loop:
+	VBROADCASTSD (R9), Z16
+	VFMADD231PD 0(R10), Z16, Z0
+	VFMADD231PD 64(R10), Z16, Z1
+	VFMADD231PD 128(R10), Z16, Z2
+	VFMADD231PD 192(R10), Z16, Z3
+	VFMADD231PD 256(R10), Z16, Z4
+	VFMADD231PD 320(R10), Z16, Z5
+	VFMADD231PD 384(R10), Z16, Z6
+	VFMADD231PD 448(R10), Z16, Z7
+	VFMADD231PD 512(R10), Z16, Z8
+	VFMADD231PD 576(R10), Z16, Z9
+	VFMADD231PD 640(R10), Z16, Z10
+	VFMADD231PD 704(R10), Z16, Z11
+	VFMADD231PD 768(R10), Z16, Z12
+	VFMADD231PD 832(R10), Z16, Z13
+	VFMADD231PD 896(R10), Z16, Z14
+	VFMADD231PD 960(R10), Z16, Z15
+	ADDQ $8, R9
+	ADDQ DX, R10
+	DECQ R11
+	JNZ g16loop
+g16st:
+	VMOVUPD Z0, 0(DI)
+	VMOVUPD Z1, 64(DI)
+	VMOVUPD Z2, 128(DI)
+	VMOVUPD Z3, 192(DI)
+	VMOVUPD Z4, 256(DI)
+	VMOVUPD Z5, 320(DI)
+	VMOVUPD Z6, 384(DI)
+	VMOVUPD Z7, 448(DI)
+	VMOVUPD Z8, 512(DI)
+	VMOVUPD Z9, 576(DI)
+	VMOVUPD Z10, 640(DI)
+	VMOVUPD Z11, 704(DI)
+	VMOVUPD Z12, 768(DI)
+	VMOVUPD Z13, 832(DI)
+	VMOVUPD Z14, 896(DI)
+	VMOVUPD Z15, 960(DI)
+	ADDQ $1024, DI
+	ADDQ $1024, BX
+	SUBQ $128, R8
+	JMP g16
+g8:
+	CMPQ R8, $64
+	JLT g4
+	VMULPD 0(DI), Z17, Z0
+	VMULPD 64(DI), Z17, Z1
+	VMULPD 128(DI), Z17, Z2
+	VMULPD 192(DI), Z17, Z3
+	VMULPD 256(DI), Z17, Z4
+	VMULPD 320(DI), Z17, Z5
+	VMULPD 384(DI), Z17, Z6
+	VMULPD 448(DI), Z17, Z7
+	MOVQ SI, R9
+	MOVQ BX, R10
+	MOVQ CX, R11
+	TESTQ R11, R11
+	JZ g8st
+g8loop:
+	VBROADCASTSD (R9), Z16
+	VFMADD231PD 0(R10), Z16, Z0
+	VFMADD231PD 64(R10), Z16, Z1
+	VFMADD231PD 128(R10), Z16, Z2
+	VFMADD231PD 192(R10), Z16, Z3
+	VFMADD231PD 256(R10), Z16, Z4
+	VFMADD231PD 320(R10), Z16, Z5
+	VFMADD231PD 384(R10), Z16, Z6
+	VFMADD231PD 448(R10), Z16, Z7
+	ADDQ $8, R9
+	ADDQ DX, R10
+	DECQ R11
+	JNZ g8loop
+g8st:
+	VMOVUPD Z0, 0(DI)
+	VMOVUPD Z1, 64(DI)
+	VMOVUPD Z2, 128(DI)
+	VMOVUPD Z3, 192(DI)
+	VMOVUPD Z4, 256(DI)
+	VMOVUPD Z5, 320(DI)
+	VMOVUPD Z6, 384(DI)
+	VMOVUPD Z7, 448(DI)
+	ADDQ $512, DI
+	ADDQ $512, BX
+	SUBQ $64, R8
+	JMP g8
+g4:
+	CMPQ R8, $32
+	JLT g1
+	VMULPD 0(DI), Z17, Z0
+	VMULPD 64(DI), Z17, Z1
+	VMULPD 128(DI), Z17, Z2
+	VMULPD 192(DI), Z17, Z3
+	MOVQ SI, R9
+	MOVQ BX, R10
+	MOVQ CX, R11
+	TESTQ R11, R11
+	JZ g4st
+g4loop:
+	VBROADCASTSD (R9), Z16
+	VFMADD231PD 0(R10), Z16, Z0
+	VFMADD231PD 64(R10), Z16, Z1
+	VFMADD231PD 128(R10), Z16, Z2
+	VFMADD231PD 192(R10), Z16, Z3
+	ADDQ $8, R9
+	ADDQ DX, R10
+	DECQ R11
+	JNZ g4loop
+g4st:
+	VMOVUPD Z0, 0(DI)
+	VMOVUPD Z1, 64(DI)
+	VMOVUPD Z2, 128(DI)
+	VMOVUPD Z3, 192(DI)
+	ADDQ $256, DI
+	ADDQ $256, BX
+	SUBQ $32, R8
+	JMP g4
+g1:
+	CMPQ R8, $8
+	JLT gdone
+	VMULPD 0(DI), Z17, Z0
+	MOVQ SI, R9
+	MOVQ BX, R10
+	MOVQ CX, R11
+	TESTQ R11, R11
+	JZ g1st
+g1loop:
+	VBROADCASTSD (R9), Z16
+	VFMADD231PD 0(R10), Z16, Z0
+	ADDQ $8, R9
+	ADDQ DX, R10
+	DECQ R11
+	JNZ g1loop
+g1st:
+	VMOVUPD Z0, 0(DI)
+	ADDQ $64, DI
+	ADDQ $64, BX
+	SUBQ $8, R8
+	JMP g1
+gdone:
+	VZEROUPPER
+	RET
+
+// func ger64AVX512(s, a, x *float64, m, ldsBytes, n int, scale float64)
+// s[i*lds+j] = fma(a[i], x[j], scale*s[i*lds+j]) for i < m, j < n; n is a multiple of 8.
+TEXT ·ger64AVX512(SB), NOSPLIT, $0-56
+	MOVQ s+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ x+16(FP), BX
+	MOVQ m+24(FP), CX
+	MOVQ ldsBytes+32(FP), DX
+	MOVQ n+40(FP), R8
+	VBROADCASTSD scale+48(FP), Z17
+	TESTQ CX, CX
+	JZ rdone
+rrow:
+	VBROADCASTSD (SI), Z16
+	MOVQ DI, R9
+	MOVQ BX, R10
+	MOVQ R8, R11
+rcol:
+	VMULPD (R9), Z17, Z0
+	VFMADD231PD (R10), Z16, Z0
+	VMOVUPD Z0, (R9)
+	ADDQ $64, R9
+	ADDQ $64, R10
+	SUBQ $8, R11
+	JNZ rcol
+	ADDQ $8, SI
+	ADDQ DX, DI
+	DECQ CX
+	JNZ rrow
+rdone:
+	VZEROUPPER
+	RET
+
+// func widen64AVX512(dst *float64, src *float32, n int): dst[i] = float64(src[i]), n a multiple of 8.
+TEXT ·widen64AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	TESTQ CX, CX
+	JZ wdone
+wloop:
+	VCVTPS2PD (SI), Z0
+	VMOVUPD Z0, (DI)
+	ADDQ $32, SI
+	ADDQ $64, DI
+	SUBQ $8, CX
+	JNZ wloop
+wdone:
+	VZEROUPPER
+	RET
+
+// func narrow32AVX512(dst *float32, src *float64, n int): dst[i] = float32(src[i]) (round to
+// nearest even, as Go's conversion), n a multiple of 8.
+TEXT ·narrow32AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	TESTQ CX, CX
+	JZ ndone
+nloop:
+	VCVTPD2PS (SI), Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $64, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ nloop
+ndone:
+	VZEROUPPER
+	RET
+
+// func gemm4x32AVX512(y, a, b *float64, k, ldyBytes, ldaBytes, ldbBytes int, scale float64)
+// The 4-row, 32-column block of gemm64: y[r*ldy+j] = scale*y[r*ldy+j], then
+// fma(a[r*lda+x], b[x*ldb+j], .) for x = 0..k-1 (k > 0): each element the chain of
+// gemv64, with every b vector loaded once for the four rows.
+TEXT ·gemm4x32AVX512(SB), NOSPLIT, $0-64
+	MOVQ y+0(FP), DI
+	MOVQ a+8(FP), R9
+	MOVQ b+16(FP), R10
+	MOVQ k+24(FP), CX
+	MOVQ ldyBytes+32(FP), R8
+	MOVQ ldaBytes+40(FP), AX
+	MOVQ ldbBytes+48(FP), DX
+	VBROADCASTSD scale+56(FP), Z31
+	LEAQ (R9)(AX*1), R12
+	LEAQ (R12)(AX*1), R13
+	LEAQ (R13)(AX*1), R14
+	MOVQ DI, R11
+	VMULPD 0(R11), Z31, Z0
+	VMULPD 64(R11), Z31, Z1
+	VMULPD 128(R11), Z31, Z2
+	VMULPD 192(R11), Z31, Z3
+	ADDQ R8, R11
+	VMULPD 0(R11), Z31, Z4
+	VMULPD 64(R11), Z31, Z5
+	VMULPD 128(R11), Z31, Z6
+	VMULPD 192(R11), Z31, Z7
+	ADDQ R8, R11
+	VMULPD 0(R11), Z31, Z8
+	VMULPD 64(R11), Z31, Z9
+	VMULPD 128(R11), Z31, Z10
+	VMULPD 192(R11), Z31, Z11
+	ADDQ R8, R11
+	VMULPD 0(R11), Z31, Z12
+	VMULPD 64(R11), Z31, Z13
+	VMULPD 128(R11), Z31, Z14
+	VMULPD 192(R11), Z31, Z15
+mloop:
+	VMOVUPD 0(R10), Z16
+	VMOVUPD 64(R10), Z17
+	VMOVUPD 128(R10), Z18
+	VMOVUPD 192(R10), Z19
+	VBROADCASTSD (R9), Z20
+	VBROADCASTSD (R12), Z21
+	VBROADCASTSD (R13), Z22
+	VBROADCASTSD (R14), Z23
+	VFMADD231PD Z16, Z20, Z0
+	VFMADD231PD Z17, Z20, Z1
+	VFMADD231PD Z18, Z20, Z2
+	VFMADD231PD Z19, Z20, Z3
+	VFMADD231PD Z16, Z21, Z4
+	VFMADD231PD Z17, Z21, Z5
+	VFMADD231PD Z18, Z21, Z6
+	VFMADD231PD Z19, Z21, Z7
+	VFMADD231PD Z16, Z22, Z8
+	VFMADD231PD Z17, Z22, Z9
+	VFMADD231PD Z18, Z22, Z10
+	VFMADD231PD Z19, Z22, Z11
+	VFMADD231PD Z16, Z23, Z12
+	VFMADD231PD Z17, Z23, Z13
+	VFMADD231PD Z18, Z23, Z14
+	VFMADD231PD Z19, Z23, Z15
+	ADDQ $8, R9
+	ADDQ $8, R12
+	ADDQ $8, R13
+	ADDQ $8, R14
+	ADDQ DX, R10
+	DECQ CX
+	JNZ mloop
+	MOVQ DI, R11
+	VMOVUPD Z0, 0(R11)
+	VMOVUPD Z1, 64(R11)
+	VMOVUPD Z2, 128(R11)
+	VMOVUPD Z3, 192(R11)
+	ADDQ R8, R11
+	VMOVUPD Z4, 0(R11)
+	VMOVUPD Z5, 64(R11)
+	VMOVUPD Z6, 128(R11)
+	VMOVUPD Z7, 192(R11)
+	ADDQ R8, R11
+	VMOVUPD Z8, 0(R11)
+	VMOVUPD Z9, 64(R11)
+	VMOVUPD Z10, 128(R11)
+	VMOVUPD Z11, 192(R11)
+	ADDQ R8, R11
+	VMOVUPD Z12, 0(R11)
+	VMOVUPD Z13, 64(R11)
+	VMOVUPD Z14, 128(R11)
+	VMOVUPD Z15, 192(R11)
+	VZEROUPPER
+	RET
+
+// func convAcc64AVX512(acc, w *float64, x *float32, n int)
+// acc[c] = fma(w[c], float64(x[c]), acc[c]), n a multiple of 8.
+TEXT ·convAcc64AVX512(SB), NOSPLIT, $0-32
+	MOVQ acc+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), BX
+	MOVQ n+24(FP), CX
+	TESTQ CX, CX
+	JZ cdone
+cloop:
+	VCVTPS2PD (BX), Z0
+	VMOVUPD (DI), Z1
+	VFMADD231PD (SI), Z0, Z1
+	VMOVUPD Z1, (DI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	ADDQ $32, BX
+	SUBQ $8, CX
+	JNZ cloop
+cdone:
+	VZEROUPPER
+	RET
+
+// func narrow32NTAVX512(dst *float32, src *float64, n int): narrow32 with non-temporal stores
+// (dst 32-byte aligned, n a multiple of 8): a state written for the next decode step need
+// not be read into the cache first; SFENCE orders the stores before the caller's.
+TEXT ·narrow32NTAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	TESTQ CX, CX
+	JZ ntdone
+ntloop:
+	VCVTPD2PS (SI), Y0
+	VMOVNTPS Y0, (DI)
+	ADDQ $64, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ ntloop
+ntdone:
+	SFENCE
+	VZEROUPPER
+	RET
+
+
+// func round32AVX512(s *float64, n int): s[i] = float64(float32(s[i])), n a multiple of 8.
+TEXT ·round32AVX512(SB), NOSPLIT, $0-16
+	MOVQ s+0(FP), DI
+	MOVQ n+8(FP), CX
+	TESTQ CX, CX
+	JZ rndone
+rnloop:
+	VCVTPD2PS (DI), Y0
+	VCVTPS2PD Y0, Z0
+	VMOVUPD Z0, (DI)
+	ADDQ $64, DI
+	SUBQ $8, CX
+	JNZ rnloop
+rndone:
+	VZEROUPPER
+	RET
