@@ -1,12 +1,15 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/engine/moe"
 	"github.com/macpool/macpool/engine/tensor"
 )
 
@@ -55,6 +58,110 @@ func TestMoESharedInputBitIdentical(t *testing.T) {
 					t.Errorf("%d of %d values differ", bad, len(got))
 				}
 			})
+		}
+	}
+}
+
+// TestMoEBitIdentical: the MoE job (experts whole or cut into blocks, the
+// shared expert with its sigmoid gate among them, a quantized router on
+// the shared quantization) gives the bits of running one expert at a time
+// on gathered float rows, for 1 to 3 workers, from one token (decode: the
+// experts cut into blocks) to batches whose experts each run whole.
+func TestMoEBitIdentical(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	const H, I, IS, E, K = 256, 256, 512, 32, 4
+	for _, threads := range []int{1, 2, 3} {
+		b := newBackend(t, threads)
+		for _, f := range []tensor.Format{tensor.Q8_0, tensor.Q4_0, tensor.Q4_K} {
+			up := func(rows, cols int) engine.Weight {
+				var h *tensor.Host
+				if f == tensor.Q4_0 { // blocks of 32: f16 scale + 16 bytes of 4-bit codes
+					h = &tensor.Host{Name: "w", Format: f, Shape: []int{rows, cols}, Data: make([]byte, rows*cols/32*18)}
+					for o := 0; o < len(h.Data); o += 18 {
+						binary.LittleEndian.PutUint16(h.Data[o:], tensor.F32ToF16(0.01+r.Float32()*0.05))
+						for i := 2; i < 18; i++ {
+							h.Data[o+i] = byte(r.Uint32())
+						}
+					}
+				} else {
+					h, _ = host(t, r, f, rows, cols)
+				}
+				w, err := b.Upload(h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return w
+			}
+			w := &engine.MoEWeights{Router: up(E, H)}
+			for range E {
+				w.Experts = append(w.Experts, engine.Expert{Gate: up(I, H), Up: up(I, H), Down: up(H, I)})
+			}
+			w.Shared = &engine.Expert{Gate: up(IS, H), Up: up(IS, H), Down: up(H, IS)}
+			w.SharedGate = f32Weight(t, b, scaled(r, H, 0.1), H)
+			for _, T := range []int{1, 3, 17, 64, 130} {
+				t.Run(fmt.Sprintf("threads%d/%v/T%d", threads, f, T), func(t *testing.T) {
+					x := tensorOf(b, T, H, randn(r, T*H))
+					run := func(shared bool) []float32 {
+						defer func(v bool) { moeSharedInput = v }(moeSharedInput)
+						moeSharedInput = shared
+						dst := b.NewTensor(T, H)
+						b.MoE(dst, x, w, engine.MoEParams{TopK: K, Normalize: false})
+						return dst.(*Tensor).data
+					}
+					want, got := run(false), run(true)
+					bad := 0
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							if bad < 3 {
+								t.Errorf("token %d value %d: one expert at a time %v, MoE job %v", i/H, i%H, want[i], got[i])
+							}
+							bad++
+						}
+					}
+					if bad > 0 {
+						t.Errorf("%d of %d values differ", bad, len(got))
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestMoERouteMatchesReference: the parallel routing and its counting sort
+// give moe.RouteBatch's experts and weights and moe.Routing.ByExpert's
+// grouping (expert order, tokens ascending).
+func TestMoERouteMatchesReference(t *testing.T) {
+	b := newBackend(t, 2)
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []struct{ T, E, K int }{{1, 8, 2}, {97, 64, 8}, {512, 128, 8}, {40, 4, 4}} {
+		logits := randn(r, c.T*c.E)
+		if c.T > 1 {
+			logits[3] = logits[4] // a tie
+		}
+		want := moe.RouteBatch(logits, c.T, c.E, c.K, true)
+		run := new(moeRun)
+		run.route(b, logits, c.T, c.E, engine.MoEParams{TopK: c.K, Normalize: true})
+		if !slices.Equal(run.r.Experts, want.Experts) {
+			t.Fatalf("T%d E%d: experts %v, want %v", c.T, c.E, run.r.Experts[:c.K], want.Experts[:c.K])
+		}
+		for i := range want.Weights {
+			if math.Float32bits(run.r.Weights[i]) != math.Float32bits(want.Weights[i]) {
+				t.Fatalf("T%d E%d: weight %d %v, want %v", c.T, c.E, i, run.r.Weights[i], want.Weights[i])
+			}
+		}
+		for _, as := range want.ByExpert(c.E) {
+			s0, s1 := run.start[as.Expert], run.start[as.Expert+1]
+			if !slices.Equal(run.tokens[s0:s1], as.Tokens) {
+				t.Fatalf("T%d E%d: expert %d tokens %v, want %v", c.T, c.E, as.Expert, run.tokens[s0:s1], as.Tokens)
+			}
+			for i, tok := range as.Tokens {
+				if q := run.pos[tok*c.K+as.Slots[i]]; q != s0+i || run.order[q] != tok*c.K+as.Slots[i] {
+					t.Fatalf("T%d E%d: expert %d token %d at position %d, want %d", c.T, c.E, as.Expert, tok, q, s0+i)
+				}
+			}
+		}
+		if run.start[c.E] != c.T*c.K {
+			t.Fatalf("T%d E%d: %d positions, want %d", c.T, c.E, run.start[c.E], c.T*c.K)
 		}
 	}
 }
