@@ -126,7 +126,8 @@ type moeRun struct {
 
 	groups []moeGroup
 	units  []moeUnit
-	ins    []*kernels.Input // the groups' gathered rows and activations, two per group, reused
+	ins    []*kernels.Input // the groups' gathered rows and activations, reused
+	qx     [1]*kernels.Input
 	g, u   []float32        // every group's gate and up outputs, [rows, inter] each
 	y      []float32        // every group's down outputs, [rows, H] each
 	next   atomic.Int64     // next unit to claim
@@ -159,9 +160,13 @@ func putMoERun(r *moeRun) {
 type moeGroup struct {
 	gate, up, down *Weight
 	rows, inter    int
-	tokens         []int          // routed: the rows of the batch it takes (nil: shared, every row)
-	in, act        *kernels.Input // its rows of the quantized batch; its activations (down's input)
-	g, u, y        []float32
+	tokens         []int // routed: the rows of the batch it takes (nil: shared, every row)
+	// in, act: its rows of the quantized batch and its activations (down's
+	// input), in parts of split rows (moeSplit; one part for the shared
+	// expert, which is the batch itself).
+	in, act []*kernels.Input
+	split   int
+	g, u, y []float32
 	// state: 0 rows not gathered yet, 1 gathered (gate/up may run), 2
 	// activations ready (down may run). left counts gate/up blocks to go.
 	state, left atomic.Int32
@@ -237,6 +242,15 @@ func (r *moeRun) route(b *Backend, logits []float32, T, E int, p engine.MoEParam
 	r.start[0] = 0
 }
 
+// moeSplit, when > 0, gives a routed expert's rows to the kernels in parts
+// of at most that many rows, and moeSubRows (a multiple of 16) is the most
+// weight rows per kernel call (variables for A/B runs; docs/engine.md
+// gives the figures).
+var (
+	moeSplit   = 0
+	moeSubRows = 128
+)
+
 // moeTarget is how many pieces, per worker, the expert job aims at for
 // each of an expert's projections: enough that the workers finish
 // together when the experts are few (decode), none when they are many.
@@ -260,9 +274,19 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 	if shared {
 		r.addGroup(*w.Shared, T, nil)
 	}
-	for len(r.ins) < 2*len(r.groups) {
+	parts := 0
+	for i := range r.groups {
+		gr := &r.groups[i]
+		gr.split = gr.rows
+		if gr.tokens != nil && moeSplit > 0 && gr.rows > moeSplit {
+			gr.split = moeSplit
+		}
+		parts += (gr.rows + gr.split - 1) / gr.split
+	}
+	for len(r.ins) < 2*parts {
 		r.ins = append(r.ins, new(kernels.Input))
 	}
+	r.qx[0] = qx
 	gu, ys, cost := 0, 0, 0
 	for i := range r.groups {
 		gr := &r.groups[i]
@@ -271,19 +295,20 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 		cost += gr.rows * gr.inter
 	}
 	r.g, r.u, r.y = grow(r.g, gu), grow(r.u, gu), grow(r.y, ys)
-	gu, ys = 0, 0
+	gu, ys, parts = 0, 0, 0
 	for i := range r.groups {
 		gr := &r.groups[i]
 		gr.g, gr.u = r.g[gu:gu+gr.rows*gr.inter], r.u[gu:gu+gr.rows*gr.inter]
 		gr.y = r.y[ys : ys+gr.rows*H]
 		gu += gr.rows * gr.inter
 		ys += gr.rows * H
-		gr.act = r.ins[2*i+1]
+		np := (gr.rows + gr.split - 1) / gr.split
+		gr.act, parts = r.ins[parts:parts+np], parts+np
 		if gr.tokens == nil {
-			gr.in = qx
+			gr.in = r.qx[:]
 			gr.state.Store(1)
 		} else {
-			gr.in = r.ins[2*i]
+			gr.in, parts = r.ins[parts:parts+np], parts+np
 			gr.state.Store(0)
 		}
 	}
@@ -372,28 +397,46 @@ func (b *Backend) moeUnit(r *moeRun, u moeUnit, qx *kernels.Input, H, wk int) {
 	gr := &r.groups[u.group]
 	switch u.phase {
 	case 0:
-		gr.in.GatherRows(qx, gr.tokens)
+		for j, in := range gr.in {
+			in.GatherRows(qx, gr.tokens[j*gr.split:min(gr.rows, (j+1)*gr.split)])
+		}
 		gr.state.Store(1)
 	case 1:
 		waitState(&gr.state, 1)
 		n, I := gr.rows, gr.inter
-		gr.gate.k.MatMul(gr.g, I, gr.in, u.n0, u.n1)
-		gr.up.k.MatMul(gr.u, I, gr.in, u.n0, u.n1)
+		// Weight rows in sub-blocks that stay in L2 while every part of the
+		// rows passes over them (the AMX kernels unpack a call's 4-bit
+		// weights into a buffer twice their size).
+		for s0 := u.n0; s0 < u.n1; s0 += moeSubRows {
+			s1 := min(u.n1, s0+moeSubRows)
+			for j, in := range gr.in {
+				gr.gate.k.MatMul(gr.g[j*gr.split*I:], I, in, s0, s1)
+				gr.up.k.MatMul(gr.u[j*gr.split*I:], I, in, s0, s1)
+			}
+		}
 		e := b.scratchBuf(wk, u.n1-u.n0)
 		for i := 0; i < n; i++ {
 			g, up := gr.g[i*I+u.n0:i*I+u.n1], gr.u[i*I+u.n0:i*I+u.n1]
 			swiglu(g, g, up, e)
 		}
 		if gr.left.Add(-1) == 0 { // the last block: the activations are whole
-			gr.act.Reset(gr.g, n, I)
-			if gr.down.k.Quantized() {
-				gr.act.QuantizeRows(0, n)
+			for j, act := range gr.act {
+				r0 := j * gr.split
+				act.Reset(gr.g[r0*I:], min(gr.rows, r0+gr.split)-r0, I)
+				if gr.down.k.Quantized() {
+					act.QuantizeRows(0, act.M)
+				}
 			}
 			gr.state.Store(2)
 		}
 	case 2:
 		waitState(&gr.state, 2)
-		gr.down.k.MatMul(gr.y, H, gr.act, u.n0, u.n1)
+		for s0 := u.n0; s0 < u.n1; s0 += moeSubRows {
+			s1 := min(u.n1, s0+moeSubRows)
+			for j, act := range gr.act {
+				gr.down.k.MatMul(gr.y[j*gr.split*H:], H, act, s0, s1)
+			}
+		}
 	}
 }
 

@@ -98,8 +98,11 @@ func TestMoEBitIdentical(t *testing.T) {
 			}
 			w.Shared = &engine.Expert{Gate: up(IS, H), Up: up(IS, H), Down: up(H, IS)}
 			w.SharedGate = f32Weight(t, b, scaled(r, H, 0.1), H)
-			for _, T := range []int{1, 3, 17, 64, 130} {
-				t.Run(fmt.Sprintf("threads%d/%v/T%d", threads, f, T), func(t *testing.T) {
+			for _, c := range []struct{ T, split, sub int }{{1, 0, 128}, {3, 0, 128}, {17, 0, 128}, {64, 0, 128}, {130, 0, 128}, {1, 8, 16}, {64, 8, 16}, {130, 5, 32}} {
+				T := c.T
+				t.Run(fmt.Sprintf("threads%d/%v/T%d/split%d/sub%d", threads, f, T, c.split, c.sub), func(t *testing.T) {
+					defer func(s, r int) { moeSplit, moeSubRows = s, r }(moeSplit, moeSubRows)
+					moeSplit, moeSubRows = c.split, c.sub
 					x := tensorOf(b, T, H, randn(r, T*H))
 					run := func(shared bool) []float32 {
 						defer func(v bool) { moeSharedInput = v }(moeSharedInput)
@@ -164,4 +167,74 @@ func TestMoERouteMatchesReference(t *testing.T) {
 			t.Fatalf("T%d E%d: %d positions, want %d", c.T, c.E, run.start[c.E], c.T*c.K)
 		}
 	}
+}
+
+// BenchmarkMoE: one MoE block of the real shapes on random weights (a
+// prefill of 512 tokens, a decode step), with the kernel-call variants
+// (moeSplit, moeSubRows) as sub-benchmarks for A/B runs:
+//
+//	go test ./engine/cpu -run X -bench BenchmarkMoE -count 5
+func BenchmarkMoE(b *testing.B) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, sh := range []struct {
+		name           string
+		f              tensor.Format
+		H, I, IS, E, K int
+	}{
+		{"qwen3-30b-a3b-q4_0", tensor.Q4_0, 2048, 768, 0, 128, 8},
+		{"qwen3.6-35b-a3b-q8_0", tensor.Q8_0, 2048, 512, 512, 256, 8},
+	} {
+		be := newBackend(b, 2)
+		w := &engine.MoEWeights{Router: randomQuant(b, be, r, sh.f, sh.E, sh.H)}
+		for range sh.E {
+			w.Experts = append(w.Experts, engine.Expert{Gate: randomQuant(b, be, r, sh.f, sh.I, sh.H), Up: randomQuant(b, be, r, sh.f, sh.I, sh.H), Down: randomQuant(b, be, r, sh.f, sh.H, sh.I)})
+		}
+		if sh.IS > 0 {
+			w.Shared = &engine.Expert{Gate: randomQuant(b, be, r, sh.f, sh.IS, sh.H), Up: randomQuant(b, be, r, sh.f, sh.IS, sh.H), Down: randomQuant(b, be, r, sh.f, sh.H, sh.IS)}
+			w.SharedGate = randomQuant(b, be, r, tensor.F32, 1, sh.H)
+		}
+		for _, T := range []int{512, 1} {
+			x := tensorOf(be, T, sh.H, randn(r, T*sh.H))
+			dst := be.NewTensor(T, sh.H)
+			for _, v := range []struct{ split, sub int }{{0, 128}, {0, 1 << 20}, {8, 128}} {
+				b.Run(fmt.Sprintf("%s/T%d/split%d/sub%d", sh.name, T, v.split, v.sub), func(b *testing.B) {
+					defer func(s, r int) { moeSplit, moeSubRows = s, r }(moeSplit, moeSubRows)
+					moeSplit, moeSubRows = v.split, v.sub
+					for range b.N {
+						be.MoE(dst, x, w, engine.MoEParams{TopK: sh.K, Normalize: true})
+					}
+					b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/op")
+				})
+			}
+		}
+		be.Close()
+	}
+}
+
+// randomQuant uploads a [rows, cols] matrix of random blocks in f (Q8_0,
+// Q4_0: random codes, scales ~0.01-0.06; F32: normal values).
+func randomQuant(b testing.TB, be *Backend, r *rand.Rand, f tensor.Format, rows, cols int) engine.Weight {
+	h := &tensor.Host{Name: "w", Format: f, Shape: []int{rows, cols}}
+	if rows == 1 {
+		h.Shape = []int{cols}
+	}
+	bs := map[tensor.Format]int{tensor.Q8_0: 34, tensor.Q4_0: 18, tensor.F32: 128}[f]
+	h.Data = make([]byte, rows*cols/32*bs)
+	for i := range h.Data {
+		h.Data[i] = byte(r.Uint32())
+	}
+	for o := 0; o < len(h.Data); o += bs {
+		if f == tensor.F32 {
+			for i := 0; i < bs; i += 4 {
+				binary.LittleEndian.PutUint32(h.Data[o+i:], math.Float32bits(float32(r.NormFloat64())))
+			}
+			continue
+		}
+		binary.LittleEndian.PutUint16(h.Data[o:], tensor.F32ToF16(0.01+r.Float32()*0.05))
+	}
+	w, err := be.Upload(h)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return w
 }
