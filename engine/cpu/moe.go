@@ -9,6 +9,7 @@ import (
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/cpu/kernels"
 	"github.com/macpool/macpool/engine/moe"
+	"github.com/macpool/macpool/engine/tensor"
 )
 
 // The MoE block on the CPU. With quantized expert weights (the default
@@ -128,9 +129,9 @@ type moeRun struct {
 	units  []moeUnit
 	ins    []*kernels.Input // the groups' gathered rows and activations, reused
 	qx     [1]*kernels.Input
-	g, u   []float32        // every group's gate and up outputs, [rows, inter] each
-	y      []float32        // every group's down outputs, [rows, H] each
-	next   atomic.Int64     // next unit to claim
+	g, u   []float32    // every group's gate and up outputs, [rows, inter] each
+	y      []float32    // every group's down outputs, [rows, H] each
+	next   atomic.Int64 // next unit to claim
 }
 
 var moeRuns struct {
@@ -243,13 +244,30 @@ func (r *moeRun) route(b *Backend, logits []float32, T, E int, p engine.MoEParam
 }
 
 // moeSplit, when > 0, gives a routed expert's rows to the kernels in parts
-// of at most that many rows, and moeSubRows (a multiple of 16) is the most
-// weight rows per kernel call (variables for A/B runs; docs/engine.md
-// gives the figures).
+// of at most that many rows (0: whole; -1: by format, splitRows), and
+// moeSubRows (a multiple of 16) is the most weight rows per kernel call
+// (variables for A/B runs, BenchmarkMoE).
 var (
-	moeSplit   = 0
+	moeSplit   = -1
 	moeSubRows = 128
 )
+
+// splitRows is the part size for an expert whose gate is w: 8 rows for
+// 4-bit weights, whose AMX kernels unpack every call's codes into a buffer
+// before the tiles run, which the ~16-32 rows of a prefill's expert do not
+// pay back: the 8-row VNNI kernels, which decode in registers and prefetch
+// the weights, took 20% less CPU time over a qwen3-30b-a3b Q4_0 MoE block
+// of 512 tokens (BenchmarkMoE -moe-threads 1); Q8_0 experts measured the
+// same either way and stay whole.
+func splitRows(w *Weight) int {
+	if moeSplit >= 0 {
+		return moeSplit
+	}
+	if w.format == tensor.Q8_0 {
+		return 0
+	}
+	return 8
+}
 
 // moeTarget is how many pieces, per worker, the expert job aims at for
 // each of an expert's projections: enough that the workers finish
@@ -278,8 +296,8 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 	for i := range r.groups {
 		gr := &r.groups[i]
 		gr.split = gr.rows
-		if gr.tokens != nil && moeSplit > 0 && gr.rows > moeSplit {
-			gr.split = moeSplit
+		if sp := splitRows(gr.gate); gr.tokens != nil && sp > 0 && gr.rows > sp {
+			gr.split = sp
 		}
 		parts += (gr.rows + gr.split - 1) / gr.split
 	}
