@@ -129,6 +129,7 @@ type moeRun struct {
 	units  []moeUnit
 	ins    []*kernels.Input // the groups' gathered rows and activations, reused
 	qx     [1]*kernels.Input
+	wbuf   [][]float32  // per worker: a whole expert's gate and up outputs
 	g, u   []float32    // every group's gate and up outputs, [rows, inter] each
 	y      []float32    // every group's down outputs, [rows, H] each
 	next   atomic.Int64 // next unit to claim
@@ -364,6 +365,9 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 			r.units = append(r.units, moeUnit{group: i, phase: 2, n0: n0, n1: min(H, n0+bs)})
 		}
 	}
+	for len(r.wbuf) < b.threads {
+		r.wbuf = append(r.wbuf, nil)
+	}
 	r.next.Store(0)
 	b.parallel(b.threads, 1, func(_, _, wk int) {
 		for {
@@ -410,6 +414,12 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 	}
 }
 
+// work is worker wk's buffer of n floats.
+func (r *moeRun) work(wk, n int) []float32 {
+	r.wbuf[wk] = grow(r.wbuf[wk], n)
+	return r.wbuf[wk]
+}
+
 // moeUnit runs one unit of the expert job on worker wk.
 func (b *Backend) moeUnit(r *moeRun, u moeUnit, qx *kernels.Input, H, wk int) {
 	gr := &r.groups[u.group]
@@ -422,27 +432,36 @@ func (b *Backend) moeUnit(r *moeRun, u moeUnit, qx *kernels.Input, H, wk int) {
 	case 1:
 		waitState(&gr.state, 1)
 		n, I := gr.rows, gr.inter
+		gb, ub := gr.g, gr.u
+		if u.n0 == 0 && u.n1 == I && gr.down.k.Quantized() {
+			// The whole expert in this unit, and down reads only the
+			// quantized activations: gate and up land in the worker's own
+			// buffer, which stays in L2, instead of the call's.
+			w := r.work(wk, 2*n*I)
+			gb, ub = w[:n*I], w[n*I:]
+		}
 		// Weight rows in sub-blocks that stay in L2 while every part of the
 		// rows passes over them (the AMX kernels unpack a call's 4-bit
 		// weights into a buffer twice their size).
 		for s0 := u.n0; s0 < u.n1; s0 += moeSubRows {
 			s1 := min(u.n1, s0+moeSubRows)
 			for j, in := range gr.in {
-				gr.gate.k.MatMul(gr.g[j*gr.split*I:], I, in, s0, s1)
-				gr.up.k.MatMul(gr.u[j*gr.split*I:], I, in, s0, s1)
+				gr.gate.k.MatMul(gb[j*gr.split*I:], I, in, s0, s1)
+				gr.up.k.MatMul(ub[j*gr.split*I:], I, in, s0, s1)
 			}
 		}
 		e := b.scratchBuf(wk, u.n1-u.n0)
 		for i := 0; i < n; i++ {
-			g, up := gr.g[i*I+u.n0:i*I+u.n1], gr.u[i*I+u.n0:i*I+u.n1]
+			g, up := gb[i*I+u.n0:i*I+u.n1], ub[i*I+u.n0:i*I+u.n1]
 			swiglu(g, g, up, e)
 		}
 		if gr.left.Add(-1) == 0 { // the last block: the activations are whole
 			for j, act := range gr.act {
 				r0 := j * gr.split
-				act.Reset(gr.g[r0*I:], min(gr.rows, r0+gr.split)-r0, I)
+				act.Reset(gb[r0*I:], min(gr.rows, r0+gr.split)-r0, I)
 				if gr.down.k.Quantized() {
 					act.QuantizeRows(0, act.M)
+					act.X = nil // the quantized kernels only; gb may be a worker's buffer
 				}
 			}
 			gr.state.Store(2)
