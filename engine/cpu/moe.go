@@ -306,20 +306,37 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 		r.ins = append(r.ins, new(kernels.Input))
 	}
 	r.qx[0] = qx
-	gu, ys, cost := 0, 0, 0
+	cost := 0
+	for i := range r.groups {
+		cost += r.groups[i].rows * r.groups[i].inter
+	}
+	target := moeTarget * b.threads
+	blocks := func(gr *moeGroup, n int) int { // rows per block of a projection with n rows
+		nb := max(1, min((n+15)/16, (target*gr.rows*gr.inter+cost/2)/max(cost, 1)))
+		return (n/nb + 15) &^ 15
+	}
+	// An expert whose gate and up are one unit, and whose down reads only
+	// quantized activations, keeps its gate/up outputs in the worker's own
+	// buffer (in L2; moeUnit): only the others take room in r.g, r.u.
+	whole := func(gr *moeGroup) bool { return blocks(gr, gr.inter) >= gr.inter && gr.down.k.Quantized() }
+	gu, ys := 0, 0
 	for i := range r.groups {
 		gr := &r.groups[i]
-		gu += gr.rows * gr.inter
+		if !whole(gr) {
+			gu += gr.rows * gr.inter
+		}
 		ys += gr.rows * H
-		cost += gr.rows * gr.inter
 	}
 	r.g, r.u, r.y = grow(r.g, gu), grow(r.u, gu), grow(r.y, ys)
 	gu, ys, parts = 0, 0, 0
 	for i := range r.groups {
 		gr := &r.groups[i]
-		gr.g, gr.u = r.g[gu:gu+gr.rows*gr.inter], r.u[gu:gu+gr.rows*gr.inter]
+		gr.g, gr.u = nil, nil
+		if !whole(gr) {
+			gr.g, gr.u = r.g[gu:gu+gr.rows*gr.inter], r.u[gu:gu+gr.rows*gr.inter]
+			gu += gr.rows * gr.inter
+		}
 		gr.y = r.y[ys : ys+gr.rows*H]
-		gu += gr.rows * gr.inter
 		ys += gr.rows * H
 		np := (gr.rows + gr.split - 1) / gr.split
 		gr.act, parts = r.ins[parts:parts+np], parts+np
@@ -339,11 +356,6 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 		byCost[i] = i
 	}
 	slices.SortStableFunc(byCost, func(a, c int) int { return r.groups[c].rows*r.groups[c].inter - r.groups[a].rows*r.groups[a].inter })
-	target := moeTarget * b.threads
-	blocks := func(gr *moeGroup, n int) int { // rows per block of a projection with n rows
-		nb := max(1, min((n+15)/16, (target*gr.rows*gr.inter+cost/2)/max(cost, 1)))
-		return (n/nb + 15) &^ 15
-	}
 	r.units = r.units[:0]
 	for _, i := range byCost {
 		if r.groups[i].tokens != nil {
@@ -433,10 +445,10 @@ func (b *Backend) moeUnit(r *moeRun, u moeUnit, qx *kernels.Input, H, wk int) {
 		waitState(&gr.state, 1)
 		n, I := gr.rows, gr.inter
 		gb, ub := gr.g, gr.u
-		if u.n0 == 0 && u.n1 == I && gr.down.k.Quantized() {
+		if gb == nil {
 			// The whole expert in this unit, and down reads only the
 			// quantized activations: gate and up land in the worker's own
-			// buffer, which stays in L2, instead of the call's.
+			// buffer, which stays in L2.
 			w := r.work(wk, 2*n*I)
 			gb, ub = w[:n*I], w[n*I:]
 		}
