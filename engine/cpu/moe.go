@@ -113,7 +113,7 @@ func quantizedExpert(e engine.Expert) bool {
 
 // moeRun holds one MoE call's routing and buffers, reused from call to
 // call: a 512-token prefill of a 256-expert model would otherwise allocate
-// its ~60 MB of expert activations every layer, and fresh pages cost a
+// its ~40 MB of expert outputs every layer, and fresh pages cost a
 // page fault and the kernel's zeroing on first touch. They are kept in a
 // free list rather than a sync.Pool, which drops them at every GC (a
 // decode step's logits make GCs frequent); the list holds one run per MoE
