@@ -11,7 +11,6 @@ import (
 	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/cpu/kernels"
 	"github.com/macpool/macpool/engine/deltanet"
-	"github.com/macpool/macpool/engine/moe"
 )
 
 var (
@@ -237,74 +236,6 @@ func (b *Backend) runner() deltanet.Runner {
 	return func(n, grain int, fn func(lo, hi int)) {
 		b.parallel(n, grain, func(lo, hi, _ int) { fn(lo, hi) })
 	}
-}
-
-// MoE implements engine.MoEOps: route every token, then run each chosen expert once over
-// all its tokens (in increasing expert order, as transformers does) and add the weighted
-// outputs; then the gated shared expert.
-func (b *Backend) MoE(dst, x engine.Tensor, w *engine.MoEWeights, p engine.MoEParams) {
-	o, xt := tt(dst), tt(x)
-	sameShape("moe", o, xt)
-	T, H := xt.rows, xt.cols
-	E := len(w.Experts)
-	if E == 0 || ww(w.Router).rows != E || p.TopK < 1 || p.TopK > E {
-		panic(fmt.Sprintf("cpu: moe with %d experts, router [%d, %d], top-k %d", E, ww(w.Router).rows, ww(w.Router).cols, p.TopK))
-	}
-	logits := b.NewTensor(T, E)
-	b.MatMulPrecise(logits, x, w.Router) // PreciseHybrid: int8 rounding flips expert choices
-	r := moe.RouteBatch(tt(logits).data, T, E, p.TopK, p.Normalize)
-	b.Release(logits)
-
-	clear(o.data)
-	qx := b.moeInput(xt, w) // moe.go; nil: gather float rows
-	if qx != nil {
-		defer inputs.Put(qx)
-	}
-	var sc moeScratch
-	for _, as := range r.ByExpert(E) {
-		ex := w.Experts[as.Expert]
-		n, inter := len(as.Tokens), ww(ex.Gate).rows
-		var y engine.Tensor
-		if qx != nil {
-			y = b.expertQuantized(qx, as.Tokens, ex, n, inter, H, &sc)
-		} else {
-			xs := b.NewTensor(n, H)
-			b.Gather(xs, x, as.Tokens)
-			y = b.expert(xs, ex, n, inter, H)
-			b.Release(xs)
-		}
-		yd := tt(y).data
-		for i, tok := range as.Tokens {
-			moe.Accumulate(o.row(tok), r.Weights[tok*r.K+as.Slots[i]], yd[i*H:(i+1)*H])
-		}
-		if qx == nil {
-			b.Release(y)
-		}
-	}
-	if w.Shared != nil {
-		y := b.expert(x, *w.Shared, T, ww(w.Shared.Gate).rows, H)
-		g := b.NewTensor(T, 1)
-		b.MatMul(g, x, w.SharedGate, nil)
-		yd, gd := tt(y).data, tt(g).data
-		for t := 0; t < T; t++ {
-			moe.Accumulate(o.row(t), moe.SharedGate(gd[t]), yd[t*H:(t+1)*H])
-		}
-		b.Release(y)
-		b.Release(g)
-	}
-}
-
-// expert runs one SwiGLU MLP over the n rows of x and returns a new [n, H] tensor.
-func (b *Backend) expert(x engine.Tensor, e engine.Expert, n, inter, H int) engine.Tensor {
-	g, u := b.NewTensor(n, inter), b.NewTensor(n, inter)
-	b.MatMul(g, x, e.Gate, nil)
-	b.MatMul(u, x, e.Up, nil)
-	b.SwiGLU(g, g, u)
-	y := b.NewTensor(n, H)
-	b.MatMul(y, g, e.Down, nil)
-	b.Release(g)
-	b.Release(u)
-	return y
 }
 
 // MatMulPrecise is MatMul (without bias), with float32 activations for a

@@ -14,16 +14,24 @@ import (
 // values: lower expert index first, which is what torch.topk gives on CPU), and, if
 // normalize, w_i = p_i / sum_j p_j over the chosen k. idx and w must have length k.
 func Route(logits []float32, k int, normalize bool, idx []int, w []float32) {
+	RouteInto(logits, k, normalize, idx, w, make([]float32, len(logits)))
+}
+
+// RouteInto is Route with p, of at least len(logits) values, as its scratch (a batch
+// routes its tokens without allocating).
+func RouteInto(logits []float32, k int, normalize bool, idx []int, w []float32, p []float32) {
 	n := len(logits)
-	if k <= 0 || k > n || len(idx) < k || len(w) < k {
+	if k <= 0 || k > n || len(idx) < k || len(w) < k || len(p) < n {
 		panic(fmt.Sprintf("moe: Route k=%d with %d experts", k, n))
 	}
-	p := softmax(logits)
-	// Selection of the k best by repeated scan: k and n are small (<= 16 of <= 512).
+	p = softmaxInto(p[:n], logits)
+	// Selection of the k best by repeated scan (k and n are small: <= 16 of <= 512). A
+	// chosen expert's p is set to -1, below every probability (p >= 0 or NaN), and skipped:
+	// with NaN logits every p is NaN and the experts 0..k-1 are chosen, as before.
 	for s := 0; s < k; s++ {
 		best := -1
 		for e := 0; e < n; e++ {
-			if taken(idx[:s], e) {
+			if p[e] < 0 {
 				continue
 			}
 			if best < 0 || p[e] > p[best] {
@@ -32,6 +40,7 @@ func Route(logits []float32, k int, normalize bool, idx []int, w []float32) {
 		}
 		idx[s] = best
 		w[s] = p[best]
+		p[best] = -1
 	}
 	if normalize {
 		var sum float32
@@ -44,24 +53,14 @@ func Route(logits []float32, k int, normalize bool, idx []int, w []float32) {
 	}
 }
 
-func taken(idx []int, e int) bool {
-	for _, i := range idx {
-		if i == e {
-			return true
-		}
-	}
-	return false
-}
-
-// softmax is torch's float32 softmax: exp(x - max) / sum.
-func softmax(x []float32) []float32 {
+// softmaxInto is torch's float32 softmax, exp(x - max) / sum, written to p (len(x)).
+func softmaxInto(p, x []float32) []float32 {
 	m := x[0]
 	for _, v := range x[1:] {
 		if v > m {
 			m = v
 		}
 	}
-	p := make([]float32, len(x))
 	var sum float32
 	for i, v := range x {
 		p[i] = float32(math.Exp(float64(v - m)))

@@ -198,10 +198,18 @@ func (m *Model) describe() error {
 			kd, vd := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim
 			nv, conv := c.LinearNumValueHeads, 2*kd+vd
 			l := p + "linear_attn."
-			add(l+"in_proj_qkv.weight", conv, H)
-			add(l+"in_proj_z.weight", vd, H)
-			add(l+"in_proj_b.weight", nv, H)
-			add(l+"in_proj_a.weight", nv, H)
+			if c.ModelType == "qwen3_next" {
+				// Qwen3-Next checkpoints fuse the projections per key-head group:
+				// in_proj_qkvz [q_g | k_g | v_g | z_g] and in_proj_ba [b_g | a_g]
+				// (llama.cpp's qwen3next files keep ssm_ba fused too).
+				add(l+"in_proj_qkvz.weight", conv+vd, H)
+				add(l+"in_proj_ba.weight", 2*nv, H)
+			} else {
+				add(l+"in_proj_qkv.weight", conv, H)
+				add(l+"in_proj_z.weight", vd, H)
+				add(l+"in_proj_b.weight", nv, H)
+				add(l+"in_proj_a.weight", nv, H)
+			}
 			add(l+"conv1d.weight", conv, 1, c.LinearConvKernelDim)
 			add(l+"A_log", nv)
 			add(l+"dt_bias", nv)
