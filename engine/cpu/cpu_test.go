@@ -78,6 +78,16 @@ func host(t *testing.T, r *rand.Rand, f tensor.Format, rows, cols int) (*tensor.
 				h.Data[o+2+i] = byte(int8(r.IntN(255) - 127))
 			}
 		}
+	case tensor.Q4_0: // blocks of 32: f16 scale + 16 bytes of 4-bit codes
+		nb := rows * cols / 32
+		h.Data = make([]byte, 18*nb)
+		for blk := range nb {
+			o := 18 * blk
+			binary.LittleEndian.PutUint16(h.Data[o:], tensor.F32ToF16(0.01+r.Float32()*0.05))
+			for i := range 16 {
+				h.Data[o+2+i] = byte(r.Uint32())
+			}
+		}
 	case tensor.Q4_K, tensor.Q5_K, tensor.Q6_K: // k-quant super-blocks of 256: random codes and scales, realistic f16 d (kquant)
 		if cols%tensor.QKK != 0 {
 			t.Fatalf("%v cols %d", f, cols)

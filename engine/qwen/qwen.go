@@ -316,6 +316,15 @@ func (m *Dense) finalNorm(bt *engine.Batch, x engine.Tensor) engine.Tensor {
 	return sel
 }
 
+// sharedMatMuler is implemented by backends that multiply one input by
+// several weights in one op with the bits of separate MatMuls (cpu: the
+// input quantized once, one parallel job over all the matrices' rows —
+// one hand-off and one barrier instead of one per matrix, which at decode
+// is idle memory time on every core but the last to finish).
+type sharedMatMuler interface {
+	MatMulShared(dsts []engine.Tensor, x engine.Tensor, ws []engine.Weight)
+}
+
 // layers returns the residual stream [T, hidden] after the stage's last
 // layer: from the embedded tokens on the first stage, else from in (which
 // it then updates in place and returns). The caller releases the result.
@@ -328,6 +337,7 @@ func (m *Dense) layers(bt *engine.Batch, in engine.Tensor) (engine.Tensor, error
 	rope := m.Rope
 	norm := engine.NormParams{Dim: H, Eps: m.Eps}
 	headNorm := engine.NormParams{Dim: m.HeadDim, Eps: m.Eps}
+	shared, _ := be.(sharedMatMuler)
 
 	x := in
 	if x == nil {
@@ -359,9 +369,13 @@ func (m *Dense) layers(bt *engine.Batch, in engine.Tensor) (engine.Tensor, error
 			seqs[i] = engine.AttnSeq{KV: kv, Row: s.Row, N: s.N, Pos: s.Pos, GEMMRows: s.GEMMRows}
 		}
 		be.RMSNorm(h, x, l.InputNorm, norm)
-		be.MatMul(q, h, l.Q, l.QBias)
-		be.MatMul(k, h, l.K, l.KBias)
-		be.MatMul(v, h, l.V, l.VBias)
+		if shared != nil && l.QBias == nil && l.KBias == nil && l.VBias == nil {
+			shared.MatMulShared([]engine.Tensor{q, k, v}, h, []engine.Weight{l.Q, l.K, l.V})
+		} else {
+			be.MatMul(q, h, l.Q, l.QBias)
+			be.MatMul(k, h, l.K, l.KBias)
+			be.MatMul(v, h, l.V, l.VBias)
+		}
 		if m.opts.qkNorm {
 			be.RMSNorm(q, q, l.QNorm, headNorm)
 			be.RMSNorm(k, k, l.KNorm, headNorm)
@@ -376,8 +390,12 @@ func (m *Dense) layers(bt *engine.Batch, in engine.Tensor) (engine.Tensor, error
 		be.Add(x, x, h)
 
 		be.RMSNorm(h, x, l.PostAttnNorm, norm)
-		be.MatMul(gate, h, l.Gate, nil)
-		be.MatMul(up, h, l.Up, nil)
+		if shared != nil {
+			shared.MatMulShared([]engine.Tensor{gate, up}, h, []engine.Weight{l.Gate, l.Up})
+		} else {
+			be.MatMul(gate, h, l.Gate, nil)
+			be.MatMul(up, h, l.Up, nil)
+		}
 		be.SwiGLU(gate, gate, up)
 		be.MatMul(h, gate, l.Down, nil)
 		be.Add(x, x, h)
