@@ -470,3 +470,42 @@ func BenchmarkAttentionDecode(b *testing.B) {
 }
 
 func runtimeThreads() int { return DefaultConfig().Threads }
+
+// TestRopeReusedAngles checks that Rope's cached angles follow every change
+// of what they depend on — the positions (same slice rewritten, other
+// length), the theta (inverse frequencies) and the attention factor — by
+// comparing a sequence of calls on one backend with each call on a fresh
+// one, bit for bit.
+func TestRopeReusedAngles(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	b := newBackend(t, 2)
+	pos := []int{0, 1, 2, 3, 4, 5}
+	type call struct {
+		pos   []int
+		theta float64
+		af    float32
+	}
+	calls := []call{
+		{[]int{0, 1, 2, 3, 4, 5}, 10000, 0},
+		{[]int{0, 1, 2, 3, 4, 5}, 10000, 0}, // reused
+		{[]int{6, 1, 2, 3, 4, 5}, 10000, 0}, // one position moved, same slice
+		{[]int{6, 1, 2}, 10000, 0},
+		{[]int{6, 1, 2}, 1e6, 0},
+		{[]int{6, 1, 2}, 1e6, 0.5},
+	}
+	for i, c := range calls {
+		pos = append(pos[:0], c.pos...)
+		p := engine.RopeParams{Heads: 2, HeadDim: 8, RotaryDim: 8, Theta: c.theta, AttentionFactor: c.af}
+		x := randn(r, len(pos)*16)
+		got := tensorOf(b, len(pos), 16, x)
+		b.Rope(got, pos, p)
+		fresh := newBackend(t, 2)
+		want := tensorOf(fresh, len(pos), 16, x)
+		fresh.Rope(want, append([]int(nil), c.pos...), p)
+		for j := range want.data {
+			if math.Float32bits(got.data[j]) != math.Float32bits(want.data[j]) {
+				t.Fatalf("call %d (%+v) value %d: %v after earlier calls, %v on a fresh backend", i, c, j, got.data[j], want.data[j])
+			}
+		}
+	}
+}
