@@ -61,6 +61,33 @@ func (b *Backend) RMSNorm(dst, x engine.Tensor, w engine.Weight, p engine.NormPa
 	})
 }
 
+// AddRMSNorm sets x = x + h and then dst = RMSNorm(x) (every chunk of
+// p.Dim values), row by row: the residual add and the norm that follows it
+// in a transformer layer, with the bits of Add then RMSNorm. Separately
+// the norm re-read every row of x from memory after the add had written it
+// (a 512-token prefill's rows were spread over both cores' caches by the
+// add's split); here each row is normed while it is in the core's L1.
+// dst may be h.
+func (b *Backend) AddRMSNorm(dst, x, h engine.Tensor, w engine.Weight, p engine.NormParams) {
+	d, s, a, wt := tt(dst), tt(x), tt(h), ww(w)
+	sameShape("addrmsnorm", d, s, a)
+	if p.Dim <= 0 || s.cols%p.Dim != 0 || wt.rows*wt.cols != p.Dim || wt.f32 == nil || d == s {
+		panic(fmt.Sprintf("cpu: addrmsnorm dim %d over %d columns with weight [%d, %d]", p.Dim, s.cols, wt.rows, wt.cols))
+	}
+	wv := wt.f32
+	b.parallel(s.rows, elemGrain(s.cols), func(lo, hi, _ int) {
+		for r := lo; r < hi; r++ {
+			in, add, out := s.row(r), a.row(r), d.row(r)
+			for i := range in {
+				in[i] += add[i]
+			}
+			for c := 0; c < len(in); c += p.Dim {
+				rmsNorm(out[c:c+p.Dim], in[c:c+p.Dim], wv, p.Eps, p.Offset)
+			}
+		}
+	})
+}
+
 // rmsNorm sums the squares in four float64 chains (one chain waited on
 // the add latency each value: ~9% of a 512-token prefill); the squares
 // are exact in float64 and the result rounds to float32, so the order only
@@ -97,22 +124,52 @@ func (b *Backend) Rope(x engine.Tensor, pos []int, p engine.RopeParams) {
 	if len(pos) != t.rows || p.Heads*p.HeadDim != t.cols || p.RotaryDim <= 0 || p.RotaryDim > p.HeadDim || p.RotaryDim%2 != 0 {
 		panic(fmt.Sprintf("cpu: rope %d heads × %d (rotary %d) over [%d, %d] with %d positions", p.Heads, p.HeadDim, p.RotaryDim, t.rows, t.cols, len(pos)))
 	}
-	half := p.RotaryDim / 2
 	invFreq, af := p.Tables()
 	cos, sin := b.ropeTables(pos, invFreq, af)
 	b.parallel(t.rows, elemGrain(t.cols), func(lo, hi, w int) {
 		for r := lo; r < hi; r++ {
-			cos, sin := cos[r*half:(r+1)*half], sin[r*half:(r+1)*half]
+			ropeRow(t.row(r), cos, sin, r, p)
+		}
+	})
+}
+
+// ropeRow rotates row r's heads with the angles of ropeTables.
+func ropeRow(row, cos, sin []float32, r int, p engine.RopeParams) {
+	half := p.RotaryDim / 2
+	cos, sin = cos[r*half:(r+1)*half], sin[r*half:(r+1)*half]
+	for h := 0; h < p.Heads; h++ {
+		v := row[h*p.HeadDim : h*p.HeadDim+p.RotaryDim]
+		x1, x2 := v[:half], v[half:]
+		for i := range half {
+			a, c := x1[i], x2[i]
+			x1[i] = a*cos[i] - c*sin[i]
+			x2[i] = c*cos[i] + a*sin[i]
+		}
+	}
+}
+
+// RMSNormRope is RMSNorm(x, x, w, np) then Rope(x, pos, rp) (a Qwen3
+// layer's q and k norms), row by row with the bits of the two ops: each
+// row is rotated while it is in cache instead of in a second pass over
+// the tensor.
+func (b *Backend) RMSNormRope(x engine.Tensor, w engine.Weight, np engine.NormParams, pos []int, rp engine.RopeParams) {
+	t, wt := tt(x), ww(w)
+	if np.Dim <= 0 || t.cols%np.Dim != 0 || wt.rows*wt.cols != np.Dim || wt.f32 == nil {
+		panic(fmt.Sprintf("cpu: rmsnorm dim %d over %d columns with weight [%d, %d]", np.Dim, t.cols, wt.rows, wt.cols))
+	}
+	if len(pos) != t.rows || rp.Heads*rp.HeadDim != t.cols || rp.RotaryDim <= 0 || rp.RotaryDim > rp.HeadDim || rp.RotaryDim%2 != 0 {
+		panic(fmt.Sprintf("cpu: rope %d heads × %d (rotary %d) over [%d, %d] with %d positions", rp.Heads, rp.HeadDim, rp.RotaryDim, t.rows, t.cols, len(pos)))
+	}
+	invFreq, af := rp.Tables()
+	cos, sin := b.ropeTables(pos, invFreq, af)
+	wv := wt.f32
+	b.parallel(t.rows, elemGrain(t.cols), func(lo, hi, _ int) {
+		for r := lo; r < hi; r++ {
 			row := t.row(r)
-			for h := 0; h < p.Heads; h++ {
-				v := row[h*p.HeadDim : h*p.HeadDim+p.RotaryDim]
-				x1, x2 := v[:half], v[half:]
-				for i := range half {
-					a, c := x1[i], x2[i]
-					x1[i] = a*cos[i] - c*sin[i]
-					x2[i] = c*cos[i] + a*sin[i]
-				}
+			for c := 0; c < len(row); c += np.Dim {
+				rmsNorm(row[c:c+np.Dim], row[c:c+np.Dim], wv, np.Eps, np.Offset)
 			}
+			ropeRow(row, cos, sin, r, rp)
 		}
 	})
 }
