@@ -91,13 +91,15 @@ label:
 	VFMADD231PS   Z19, I1, I0;      \
 	VFMADD231PS.BCST XD, I0, ACC
 
-// func gemmQ6Kx1VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32)
-TEXT ·gemmQ6Kx1VNNI(SB), NOSPLIT, $0-64
+// func gemmQ6Kx1VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, pf int)
+// DX = pf: the codes pf bytes ahead are prefetched to L1, 2·pf ahead to L2.
+TEXT ·gemmQ6Kx1VNNI(SB), NOSPLIT, $0-72
 	MASKS
 	MOVQ w+0(FP), SI
 	MOVQ hd+8(FP), R10
 	MOVQ ngroups+24(FP), AX
 	MOVQ dst+56(FP), DI
+	MOVQ pf+64(FP), DX
 
 q6x1group:
 	VXORPS Z24, Z24, Z24
@@ -108,12 +110,18 @@ q6x1group:
 
 q6x1block:
 	HEAD6(q6x1nohead)
-	PREFETCHT0 1536(SI)
-	PREFETCHT0 1600(SI)
-	PREFETCHT0 1664(SI)
-	PREFETCHT0 1728(SI)
-	PREFETCHT0 1792(SI)
-	PREFETCHT0 1856(SI)
+	PREFETCHT0 0(SI)(DX*1)
+	PREFETCHT2 0(SI)(DX*2)
+	PREFETCHT0 64(SI)(DX*1)
+	PREFETCHT2 64(SI)(DX*2)
+	PREFETCHT0 128(SI)(DX*1)
+	PREFETCHT2 128(SI)(DX*2)
+	PREFETCHT0 192(SI)(DX*1)
+	PREFETCHT2 192(SI)(DX*2)
+	PREFETCHT0 256(SI)(DX*1)
+	PREFETCHT2 256(SI)(DX*2)
+	PREFETCHT0 320(SI)(DX*1)
+	PREFETCHT2 320(SI)(DX*2)
 	UNPACK6
 	SCALES6
 	ROW6((R8), (BX), (R11), Z16, Z17, Z24)
