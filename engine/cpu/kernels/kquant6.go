@@ -303,6 +303,20 @@ func (k *kqInput) get(kind, from int, build func([]uint32) []uint32) []uint32 {
 	return e.buf
 }
 
+// kqRows is how many activation rows from row i (of M) the K-quant
+// kernels take in one pass over the weights: 16 (kq16), 8, 4 or 1.
+func kqRows(m *Matrix, i, M int) int {
+	switch {
+	case M-i >= 16 && kq16(m):
+		return 16
+	case M-i >= 8:
+		return 8
+	case M-i >= 4:
+		return 4
+	}
+	return 1
+}
+
 // matmulKQ drives the packed K-quant kernels (Q6_K, Q5_K, Q4_K) like
 // matmulPacked: chunks of weight groups, the activation rows 8 at a time
 // (scales and corrections interleaved by q6x8 / q5x8), then 4, then 1; a
@@ -337,13 +351,7 @@ func matmulKQ(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 			i = m16
 		}
 		for i < in.M {
-			cols := 1
-			switch {
-			case in.M-i >= 8:
-				cols = 8
-			case in.M-i >= 4:
-				cols = 4
-			}
+			cols := kqRows(m, i, in.M)
 			if end := min(c1, full); end > c0 {
 				kqKernel(m, cols, c0, end-c0, in, x8, i, dst[i*ldd+c0*packRows:], ldd)
 			}

@@ -32,6 +32,10 @@ func kqKernel(m *Matrix, cols, g, ngroups int, in *Input, x8 []uint32, i int, ds
 	_ = in.S6[(i+cols)*2*nb-1]
 	xq, xd := &in.Q[i*K], &in.D[i*nb]
 	switch {
+	case cols == 16: // Q6_K only (kqRows)
+		o := i / 8 * nb * x8Words
+		_ = x8[o+2*nb*x8Words-1]
+		gemmQ6Kx16VNNI(&w[0], &hd[0], nb, ngroups, xq, K, &x8[o], &x8[o+nb*x8Words], &dst[0], ldd*4)
 	case cols == 8:
 		o := i / 8 * nb * x8Words
 		_ = x8[o+nb*x8Words-1]
@@ -92,6 +96,14 @@ func kqKernelAVX2(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ld
 // sweep of BenchmarkDecodeDRAMKQuant.
 var prefetchKQ = 3072
 
+// kq16 reports whether m has the 16-row K-quant kernel (Q6_K on VNNI:
+// its codes unpacked once for 16 rows).
+func kq16(m *Matrix) bool { return m.layout == layoutQ6K && useVNNI && useKQ16 }
+
+// useKQ16 off keeps Q6_K on the 8-row kernel (BenchmarkKQuantCPU's
+// Q6_K-x8 comparison).
+var useKQ16 = true
+
 // kqMultiRow reports whether kqKernel runs the 4- and 8-row kernels
 // (VNNI); the AVX2 path takes one row at a time.
 func kqMultiRow() bool { return useVNNI }
@@ -130,6 +142,9 @@ func gemmQ6Kx4VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int3
 
 //go:noescape
 func gemmQ6Kx8VNNI(w, hd *byte, nb, ngroups int, xq *int8, kstride int, xds *uint32, dst *float32, lddBytes int)
+
+//go:noescape
+func gemmQ6Kx16VNNI(w, hd *byte, nb, ngroups int, xq *int8, kstride int, xds, xds2 *uint32, dst *float32, lddBytes int)
 
 //go:noescape
 func gemmQ4Kx1VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, pf int)
