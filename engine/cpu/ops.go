@@ -214,9 +214,7 @@ func (b *Backend) ropeTables(pos []int, invFreq []float32, af float32) (cos, sin
 // negExp sets dst[i] = exp(-x[i]) with the vectorised exp of
 // engine/cpu/kernels (within 2 ulp of math.Exp) and returns dst.
 func negExp(dst, x []float32) []float32 {
-	for i, v := range x {
-		dst[i] = -v
-	}
+	kernels.Neg(dst, x)
 	kernels.ExpSubF32(dst, 0)
 	return dst
 }
@@ -227,10 +225,9 @@ func (b *Backend) SwiGLU(dst, gate, up engine.Tensor) {
 	sameShape("swiglu", d, g, u)
 	b.parallel(len(d.data), 16384, func(lo, hi, w int) {
 		dd, gg, uu := d.data[lo:hi], g.data[lo:hi], u.data[lo:hi]
-		e := negExp(b.scratchBuf(w, hi-lo)[:hi-lo], gg)
-		for i, x := range gg {
-			dd[i] = x / (1 + e[i]) * uu[i]
-		}
+		// silu(x)·u = x/(1+exp(−x))·u, the division vectorised
+		// (kernels.SiLUMul: the bits of the scalar loop).
+		kernels.SiLUMul(dd, gg, uu, negExp(b.scratchBuf(w, hi-lo)[:hi-lo], gg))
 	})
 }
 
