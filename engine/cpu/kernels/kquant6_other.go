@@ -11,5 +11,3 @@ func halfSums(q []int8, s6 []int32) { halfSumsGo(q, s6) }
 func kqPacked() bool { return false }
 
 func kqMultiRow() bool { return false }
-
-func kq16(*Matrix) bool { return false }
