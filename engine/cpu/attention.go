@@ -15,7 +15,8 @@ import (
 // head: v[(h*cap+p)*headDim+x], so a decode step's output reads each head's
 // values as one contiguous run (a dimension-major V is 128 short runs a page
 // apart, a TLB miss and a prefetcher restart each) and StoreKV writes V
-// contiguously. It grows by doubling (re-laying out rows); stores of 4 MiB
+// contiguously. It grows to at least 1.5× the positions asked for, and at
+// least doubles (re-laying out rows); stores of 4 MiB
 // or more go on transparent huge pages (adviseHuge). With Config.KVF16 the
 // same layout holds IEEE halves in k16/v16 instead (k and v nil): half the
 // bytes a decode step reads, the way llama.cpp keeps its cache by default.
@@ -66,7 +67,11 @@ func (c *kvCache) reserve(n int) {
 	if n <= c.cap {
 		return
 	}
-	nc := max(n, 2*c.cap, 64)
+	// Half again the asked-for positions: a prompt's prefill reserves its
+	// length, and without headroom the first decoded token re-laid out
+	// the whole cache (a 512-token prompt's first step copied and faulted
+	// in ~175 MB over 28 layers).
+	nc := max(n+n/2, 2*c.cap, 64)
 	if c.q8 != nil {
 		c.q8.regrow(c.heads, c.headDim, c.cap, nc, c.n)
 		c.cap = nc

@@ -118,6 +118,7 @@ type Backend struct {
 	kvF16         bool          // Config.KVF16
 	kvQ8          bool          // Config.KVQ8
 	preciseHybrid bool          // Config.PreciseHybrid
+	rope          ropeCache     // the last Rope call's angles (ops.go)
 }
 
 var _ engine.Backend = (*Backend)(nil)

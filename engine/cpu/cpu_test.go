@@ -78,6 +78,16 @@ func host(t *testing.T, r *rand.Rand, f tensor.Format, rows, cols int) (*tensor.
 				h.Data[o+2+i] = byte(int8(r.IntN(255) - 127))
 			}
 		}
+	case tensor.Q4_0: // blocks of 32: f16 scale + 16 bytes of 4-bit codes
+		nb := rows * cols / 32
+		h.Data = make([]byte, 18*nb)
+		for blk := range nb {
+			o := 18 * blk
+			binary.LittleEndian.PutUint16(h.Data[o:], tensor.F32ToF16(0.01+r.Float32()*0.05))
+			for i := range 16 {
+				h.Data[o+2+i] = byte(r.Uint32())
+			}
+		}
 	case tensor.Q4_K, tensor.Q5_K, tensor.Q6_K: // k-quant super-blocks of 256: random codes and scales, realistic f16 d (kquant)
 		if cols%tensor.QKK != 0 {
 			t.Fatalf("%v cols %d", f, cols)
@@ -460,3 +470,42 @@ func BenchmarkAttentionDecode(b *testing.B) {
 }
 
 func runtimeThreads() int { return DefaultConfig().Threads }
+
+// TestRopeReusedAngles checks that Rope's cached angles follow every change
+// of what they depend on — the positions (same slice rewritten, other
+// length), the theta (inverse frequencies) and the attention factor — by
+// comparing a sequence of calls on one backend with each call on a fresh
+// one, bit for bit.
+func TestRopeReusedAngles(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	b := newBackend(t, 2)
+	pos := []int{0, 1, 2, 3, 4, 5}
+	type call struct {
+		pos   []int
+		theta float64
+		af    float32
+	}
+	calls := []call{
+		{[]int{0, 1, 2, 3, 4, 5}, 10000, 0},
+		{[]int{0, 1, 2, 3, 4, 5}, 10000, 0}, // reused
+		{[]int{6, 1, 2, 3, 4, 5}, 10000, 0}, // one position moved, same slice
+		{[]int{6, 1, 2}, 10000, 0},
+		{[]int{6, 1, 2}, 1e6, 0},
+		{[]int{6, 1, 2}, 1e6, 0.5},
+	}
+	for i, c := range calls {
+		pos = append(pos[:0], c.pos...)
+		p := engine.RopeParams{Heads: 2, HeadDim: 8, RotaryDim: 8, Theta: c.theta, AttentionFactor: c.af}
+		x := randn(r, len(pos)*16)
+		got := tensorOf(b, len(pos), 16, x)
+		b.Rope(got, pos, p)
+		fresh := newBackend(t, 2)
+		want := tensorOf(fresh, len(pos), 16, x)
+		fresh.Rope(want, append([]int(nil), c.pos...), p)
+		for j := range want.data {
+			if math.Float32bits(got.data[j]) != math.Float32bits(want.data[j]) {
+				t.Fatalf("call %d (%+v) value %d: %v after earlier calls, %v on a fresh backend", i, c, j, got.data[j], want.data[j])
+			}
+		}
+	}
+}

@@ -316,6 +316,29 @@ func (m *Dense) finalNorm(bt *engine.Batch, x engine.Tensor) engine.Tensor {
 	return sel
 }
 
+// sharedMatMuler is implemented by backends that multiply one input by
+// several weights in one op with the bits of separate MatMuls (cpu: the
+// input quantized once, one parallel job over all the matrices' rows —
+// one hand-off and one barrier instead of one per matrix, which at decode
+// is idle memory time on every core but the last to finish).
+type sharedMatMuler interface {
+	MatMulShared(dsts []engine.Tensor, x engine.Tensor, ws []engine.Weight)
+}
+
+// addRMSNormer is implemented by backends that fuse the residual add with
+// the norm after it (x += h, dst = RMSNorm(x); dst may be h) with the bits
+// of Add then RMSNorm (cpu: each row normed while it is in cache).
+type addRMSNormer interface {
+	AddRMSNorm(dst, x, h engine.Tensor, w engine.Weight, p engine.NormParams)
+}
+
+// rmsNormRoper is implemented by backends that fuse a head norm with the
+// rotation after it (RMSNorm(x, x) then Rope(x)) with the bits of the two
+// ops.
+type rmsNormRoper interface {
+	RMSNormRope(x engine.Tensor, w engine.Weight, np engine.NormParams, pos []int, rp engine.RopeParams)
+}
+
 // layers returns the residual stream [T, hidden] after the stage's last
 // layer: from the embedded tokens on the first stage, else from in (which
 // it then updates in place and returns). The caller releases the result.
@@ -328,6 +351,9 @@ func (m *Dense) layers(bt *engine.Batch, in engine.Tensor) (engine.Tensor, error
 	rope := m.Rope
 	norm := engine.NormParams{Dim: H, Eps: m.Eps}
 	headNorm := engine.NormParams{Dim: m.HeadDim, Eps: m.Eps}
+	shared, _ := be.(sharedMatMuler)
+	addNorm, _ := be.(addRMSNormer)
+	normRope, _ := be.(rmsNormRoper)
 
 	x := in
 	if x == nil {
@@ -358,29 +384,53 @@ func (m *Dense) layers(bt *engine.Batch, in engine.Tensor) (engine.Tensor, error
 			}
 			seqs[i] = engine.AttnSeq{KV: kv, Row: s.Row, N: s.N, Pos: s.Pos, GEMMRows: s.GEMMRows}
 		}
-		be.RMSNorm(h, x, l.InputNorm, norm)
-		be.MatMul(q, h, l.Q, l.QBias)
-		be.MatMul(k, h, l.K, l.KBias)
-		be.MatMul(v, h, l.V, l.VBias)
-		if m.opts.qkNorm {
-			be.RMSNorm(q, q, l.QNorm, headNorm)
-			be.RMSNorm(k, k, l.KNorm, headNorm)
+		if li == 0 || addNorm == nil { // else the last layer's AddRMSNorm did it
+			be.RMSNorm(h, x, l.InputNorm, norm)
 		}
-		rope.Heads = m.Heads
-		be.Rope(q, bt.Positions, rope)
-		rope.Heads = m.KVHeads
-		be.Rope(k, bt.Positions, rope)
+		if shared != nil && l.QBias == nil && l.KBias == nil && l.VBias == nil {
+			shared.MatMulShared([]engine.Tensor{q, k, v}, h, []engine.Weight{l.Q, l.K, l.V})
+		} else {
+			be.MatMul(q, h, l.Q, l.QBias)
+			be.MatMul(k, h, l.K, l.KBias)
+			be.MatMul(v, h, l.V, l.VBias)
+		}
+		if m.opts.qkNorm && normRope != nil {
+			rope.Heads = m.Heads
+			normRope.RMSNormRope(q, l.QNorm, headNorm, bt.Positions, rope)
+			rope.Heads = m.KVHeads
+			normRope.RMSNormRope(k, l.KNorm, headNorm, bt.Positions, rope)
+		} else {
+			if m.opts.qkNorm {
+				be.RMSNorm(q, q, l.QNorm, headNorm)
+				be.RMSNorm(k, k, l.KNorm, headNorm)
+			}
+			rope.Heads = m.Heads
+			be.Rope(q, bt.Positions, rope)
+			rope.Heads = m.KVHeads
+			be.Rope(k, bt.Positions, rope)
+		}
 		be.StoreKV(k, v, seqs)
 		be.Attention(a, q, seqs, attn)
 		be.MatMul(h, a, l.O, nil)
-		be.Add(x, x, h)
-
-		be.RMSNorm(h, x, l.PostAttnNorm, norm)
-		be.MatMul(gate, h, l.Gate, nil)
-		be.MatMul(up, h, l.Up, nil)
+		if addNorm != nil {
+			addNorm.AddRMSNorm(h, x, h, l.PostAttnNorm, norm)
+		} else {
+			be.Add(x, x, h)
+			be.RMSNorm(h, x, l.PostAttnNorm, norm)
+		}
+		if shared != nil {
+			shared.MatMulShared([]engine.Tensor{gate, up}, h, []engine.Weight{l.Gate, l.Up})
+		} else {
+			be.MatMul(gate, h, l.Gate, nil)
+			be.MatMul(up, h, l.Up, nil)
+		}
 		be.SwiGLU(gate, gate, up)
 		be.MatMul(h, gate, l.Down, nil)
-		be.Add(x, x, h)
+		if addNorm != nil && li+1 < len(m.Layers) {
+			addNorm.AddRMSNorm(h, x, h, m.Layers[li+1].InputNorm, norm)
+		} else {
+			be.Add(x, x, h)
+		}
 	}
 	return x, nil
 }

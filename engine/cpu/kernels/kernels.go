@@ -230,7 +230,7 @@ func (in *Input) size() {
 	M, K := in.M, in.K
 	in.x8.rows, in.x8.m = 0, 0
 	in.x16.rows = 0
-	in.kq.done = false
+	in.kq.reset()
 	if K%QK != 0 {
 		return
 	}

@@ -107,13 +107,15 @@ label:
 	VFMADD231PS.BCST XSF, Z19, I0;  \
 	VFMADD231PS.BCST XD, I0, ACC
 
-// func gemmQ5Kx1VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32)
-TEXT ·gemmQ5Kx1VNNI(SB), NOSPLIT, $0-64
+// func gemmQ5Kx1VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, pf int)
+// DX = pf: the codes pf bytes ahead are prefetched to L1, 2·pf ahead to L2.
+TEXT ·gemmQ5Kx1VNNI(SB), NOSPLIT, $0-72
 	MASKS5
 	MOVQ w+0(FP), SI
 	MOVQ hd+8(FP), R10
 	MOVQ ngroups+24(FP), AX
 	MOVQ dst+56(FP), DI
+	MOVQ pf+64(FP), DX
 
 q5x1group:
 	VXORPS Z24, Z24, Z24
@@ -124,11 +126,16 @@ q5x1group:
 
 q5x1block:
 	HEAD5(q5x1nohead)
-	PREFETCHT0 1280(SI)
-	PREFETCHT0 1344(SI)
-	PREFETCHT0 1408(SI)
-	PREFETCHT0 1472(SI)
-	PREFETCHT0 1536(SI)
+	PREFETCHT0 0(SI)(DX*1)
+	PREFETCHT2 0(SI)(DX*2)
+	PREFETCHT0 64(SI)(DX*1)
+	PREFETCHT2 64(SI)(DX*2)
+	PREFETCHT0 128(SI)(DX*1)
+	PREFETCHT2 128(SI)(DX*2)
+	PREFETCHT0 192(SI)(DX*1)
+	PREFETCHT2 192(SI)(DX*2)
+	PREFETCHT0 256(SI)(DX*1)
+	PREFETCHT2 256(SI)(DX*2)
 	UNPACK5
 	SCALES5
 	ROW5((R8), (BX), (R11), Z16, Z17, Z24)
@@ -283,13 +290,15 @@ q5x8block:
 
 // The Q4_K kernels: the Q5_K ones with UNPACK4K and blocks of 256 bytes.
 
-// func gemmQ4Kx1VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32)
-TEXT ·gemmQ4Kx1VNNI(SB), NOSPLIT, $0-64
+// func gemmQ4Kx1VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, pf int)
+// DX = pf: the codes pf bytes ahead are prefetched to L1, 2·pf ahead to L2.
+TEXT ·gemmQ4Kx1VNNI(SB), NOSPLIT, $0-72
 	MASKS5
 	MOVQ w+0(FP), SI
 	MOVQ hd+8(FP), R10
 	MOVQ ngroups+24(FP), AX
 	MOVQ dst+56(FP), DI
+	MOVQ pf+64(FP), DX
 
 q4x1group:
 	VXORPS Z24, Z24, Z24
@@ -300,10 +309,14 @@ q4x1group:
 
 q4x1block:
 	HEAD5(q4x1nohead)
-	PREFETCHT0 1024(SI)
-	PREFETCHT0 1088(SI)
-	PREFETCHT0 1152(SI)
-	PREFETCHT0 1216(SI)
+	PREFETCHT0 0(SI)(DX*1)
+	PREFETCHT2 0(SI)(DX*2)
+	PREFETCHT0 64(SI)(DX*1)
+	PREFETCHT2 64(SI)(DX*2)
+	PREFETCHT0 128(SI)(DX*1)
+	PREFETCHT2 128(SI)(DX*2)
+	PREFETCHT0 192(SI)(DX*1)
+	PREFETCHT2 192(SI)(DX*2)
 	UNPACK4K
 	SCALES5
 	ROW5((R8), (BX), (R11), Z16, Z17, Z24)

@@ -251,25 +251,70 @@ func q6x8(in *Input, buf []uint32, from int) []uint32 {
 	return buf
 }
 
-// kqInput is an Input's K-quant 8-row interleave (q6x8 / q5x8), built by
-// the first matmulKQ call on the input and shared by the others (the
-// backend's workers each multiply a range of weight rows with the same
-// input: rebuilding it per call cost ~5% of a Q6_K prefill).
+// kqInput is an Input's K-quant 8-row interleaves (q6x8 / q5x8), each
+// built by the first matmulKQ call that needs it and shared by the others
+// (the backend's workers each multiply a range of weight rows with the
+// same input: rebuilding it per call cost ~5% of a Q6_K prefill). One
+// input can feed matrices of different formats (a Q4_K_M layer's q, k and
+// v in one job, some of them Q6_K), whose interleaves differ in layout and
+// in the first row (after the AMX tiles), so there is one per kind and
+// first row; an entry is never rebuilt before Reset, because other workers
+// may be reading it.
 type kqInput struct {
-	mu   sync.Mutex
-	done bool
-	buf  []uint32
+	mu      sync.Mutex
+	entries []kqEntry
 }
 
-// get returns the interleave, building it with build on the first call
-// after Input.Reset.
-func (k *kqInput) get(build func([]uint32) []uint32) []uint32 {
+type kqEntry struct {
+	kind, from int // interleave (a layout) and first activation row
+	done       bool
+	buf        []uint32
+}
+
+// reset marks every interleave stale (Input.Reset), keeping the buffers.
+func (k *kqInput) reset() {
+	for i := range k.entries {
+		k.entries[i].done = false
+	}
+}
+
+// get returns the interleave of kind from row from, building it with
+// build on the first call after Input.Reset.
+func (k *kqInput) get(kind, from int, build func([]uint32) []uint32) []uint32 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if !k.done {
-		k.buf, k.done = build(k.buf), true
+	free := -1
+	for i := range k.entries {
+		e := &k.entries[i]
+		if e.done && e.kind == kind && e.from == from {
+			return e.buf
+		}
+		if !e.done && free < 0 {
+			free = i
+		}
 	}
-	return k.buf
+	if free < 0 {
+		k.entries = append(k.entries, kqEntry{})
+		free = len(k.entries) - 1
+	}
+	e := &k.entries[free]
+	e.kind, e.from = kind, from
+	e.buf, e.done = build(e.buf), true
+	return e.buf
+}
+
+// kqRows is how many activation rows from row i (of M) the K-quant
+// kernels take in one pass over the weights: 16 (kq16), 8, 4 or 1.
+func kqRows(m *Matrix, i, M int) int {
+	switch {
+	case M-i >= 16 && kq16(m):
+		return 16
+	case M-i >= 8:
+		return 8
+	case M-i >= 4:
+		return 4
+	}
+	return 1
 }
 
 // matmulKQ drives the packed K-quant kernels (Q6_K, Q5_K, Q4_K) like
@@ -278,12 +323,12 @@ func (k *kqInput) get(build func([]uint32) []uint32) []uint32 {
 // partial last group goes through tmp. Every kernel sums a row in the same
 // order, so a row's result does not depend on M.
 func matmulKQ(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
-	sbCodes, interleave := q6SBCodes, q6x8
+	sbCodes, interleave, kind := q6SBCodes, q6x8, layoutQ6K
 	switch m.layout {
 	case layoutQ5K:
-		sbCodes, interleave = q5SBCodes, q5x8
+		sbCodes, interleave, kind = q5SBCodes, q5x8, layoutQ5K
 	case layoutQ4K:
-		sbCodes, interleave = q4SBCodes, q5x8
+		sbCodes, interleave, kind = q4SBCodes, q5x8, layoutQ5K // Q4_K reads the Q5_K interleave
 	}
 	nsb := m.Cols / tensor.QKK
 	g0, g1 := n0/packRows, (n1+packRows-1)/packRows
@@ -295,7 +340,7 @@ func matmulKQ(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 	}
 	var x8 []uint32
 	if in.M-m16 >= 8 && kqMultiRow() {
-		x8 = in.kq.get(func(buf []uint32) []uint32 { return interleave(in, buf, m16) })
+		x8 = in.kq.get(int(kind), m16, func(buf []uint32) []uint32 { return interleave(in, buf, m16) })
 	}
 	var tmp [packRows * 16]float32
 	for c0 := g0; c0 < g1; c0 += gc {
@@ -306,13 +351,7 @@ func matmulKQ(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 			i = m16
 		}
 		for i < in.M {
-			cols := 1
-			switch {
-			case in.M-i >= 8:
-				cols = 8
-			case in.M-i >= 4:
-				cols = 4
-			}
+			cols := kqRows(m, i, in.M)
 			if end := min(c1, full); end > c0 {
 				kqKernel(m, cols, c0, end-c0, in, x8, i, dst[i*ldd+c0*packRows:], ldd)
 			}

@@ -32,6 +32,10 @@ func kqKernel(m *Matrix, cols, g, ngroups int, in *Input, x8 []uint32, i int, ds
 	_ = in.S6[(i+cols)*2*nb-1]
 	xq, xd := &in.Q[i*K], &in.D[i*nb]
 	switch {
+	case cols == 16: // Q6_K only (kqRows)
+		o := i / 8 * nb * x8Words
+		_ = x8[o+2*nb*x8Words-1]
+		gemmQ6Kx16VNNI(&w[0], &hd[0], nb, ngroups, xq, K, &x8[o], &x8[o+nb*x8Words], &dst[0], ldd*4)
 	case cols == 8:
 		o := i / 8 * nb * x8Words
 		_ = x8[o+nb*x8Words-1]
@@ -49,11 +53,11 @@ func kqKernel(m *Matrix, cols, g, ngroups int, in *Input, x8 []uint32, i int, ds
 	case cols == 4:
 		gemmQ6Kx4VNNI(&w[0], &hd[0], nb, ngroups, xq, xd, &in.S6[i*2*nb], K, &dst[0], ldd*4)
 	case q4:
-		gemmQ4Kx1VNNI(&w[0], &hd[0], nb, ngroups, xq, xd, &in.S128[i*nb], &dst[0])
+		gemmQ4Kx1VNNI(&w[0], &hd[0], nb, ngroups, xq, xd, &in.S128[i*nb], &dst[0], prefetchKQ)
 	case q5:
-		gemmQ5Kx1VNNI(&w[0], &hd[0], nb, ngroups, xq, xd, &in.S128[i*nb], &dst[0])
+		gemmQ5Kx1VNNI(&w[0], &hd[0], nb, ngroups, xq, xd, &in.S128[i*nb], &dst[0], prefetchKQ)
 	default:
-		gemmQ6Kx1VNNI(&w[0], &hd[0], nb, ngroups, xq, xd, &in.S6[i*2*nb], &dst[0])
+		gemmQ6Kx1VNNI(&w[0], &hd[0], nb, ngroups, xq, xd, &in.S6[i*2*nb], &dst[0], prefetchKQ)
 	}
 }
 
@@ -83,6 +87,22 @@ func kqKernelAVX2(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ld
 		gemmQ6Kx1AVX2(&w[0], &hd[0], nb, ngroups, xq, xd, &in.S6[i*2*nb], &dst[0])
 	}
 }
+
+// prefetchKQ is the software prefetch distance (bytes of packed codes) of
+// the one-row (decode) K-quant kernels: the code lines that far ahead go
+// to L1 and those twice as far to L2, as the Q8_0/Q4_0 decode kernels do
+// (prefetchQ8). It was 1024–1536 bytes, L1 only, and a Q4_K_M decode
+// streamed its weights ~30% slower than a Q8_0 one. A variable for the
+// sweep of BenchmarkDecodeDRAMKQuant.
+var prefetchKQ = 3072
+
+// kq16 reports whether m has the 16-row K-quant kernel (Q6_K on VNNI:
+// its codes unpacked once for 16 rows).
+func kq16(m *Matrix) bool { return m.layout == layoutQ6K && useVNNI && useKQ16 }
+
+// useKQ16 off keeps Q6_K on the 8-row kernel (BenchmarkKQuantCPU's
+// Q6_K-x8 comparison).
+var useKQ16 = true
 
 // kqMultiRow reports whether kqKernel runs the 4- and 8-row kernels
 // (VNNI); the AVX2 path takes one row at a time.
@@ -115,7 +135,7 @@ func gemmQ4Kx1AVX2(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int3
 func halfSumsAVX512(q *int8, n int, s6 *int32)
 
 //go:noescape
-func gemmQ6Kx1VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32)
+func gemmQ6Kx1VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, pf int)
 
 //go:noescape
 func gemmQ6Kx4VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes int)
@@ -124,7 +144,10 @@ func gemmQ6Kx4VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int3
 func gemmQ6Kx8VNNI(w, hd *byte, nb, ngroups int, xq *int8, kstride int, xds *uint32, dst *float32, lddBytes int)
 
 //go:noescape
-func gemmQ4Kx1VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32)
+func gemmQ6Kx16VNNI(w, hd *byte, nb, ngroups int, xq *int8, kstride int, xds, xds2 *uint32, dst *float32, lddBytes int)
+
+//go:noescape
+func gemmQ4Kx1VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, pf int)
 
 //go:noescape
 func gemmQ4Kx4VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes int)
@@ -133,7 +156,7 @@ func gemmQ4Kx4VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int3
 func gemmQ4Kx8VNNI(w, hd *byte, nb, ngroups int, xq *int8, kstride int, xds *uint32, dst *float32, lddBytes int)
 
 //go:noescape
-func gemmQ5Kx1VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32)
+func gemmQ5Kx1VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, pf int)
 
 //go:noescape
 func gemmQ5Kx4VNNI(w, hd *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, kstride int, dst *float32, lddBytes int)

@@ -30,6 +30,7 @@ func BenchmarkKQuantCPU(b *testing.B) {
 		{"Q4_0", func() (*Matrix, error) { return Prepare(randHost(r, tensor.Q4_0, N, K)) }},
 		{"Q4_K", func() (*Matrix, error) { return PrepareQ4K(randQ4K(r, N, K)) }},
 		{"Q6_K", func() (*Matrix, error) { return PrepareQ6K(randQ6K(r, N, K)) }},
+		{"Q6_K-x8", func() (*Matrix, error) { return PrepareQ6K(randQ6K(r, N, K)) }}, // the 8-row kernel only
 		{"Q5_K", func() (*Matrix, error) { return PrepareQ5K(randQ5K(r, N, K)) }},
 		{"BF16", func() (*Matrix, error) { return Prepare(randHost(r, tensor.BF16, N, K)) }},
 		{"F16", func() (*Matrix, error) { return Prepare(randHost(r, tensor.F16, N, K)) }},
@@ -63,6 +64,10 @@ func BenchmarkKQuantCPU(b *testing.B) {
 				if f.name == "F16-rows" {
 					useF16Kernel = false
 					defer func() { useF16Kernel = true }()
+				}
+				if f.name == "Q6_K-x8" {
+					useKQ16 = false
+					defer func() { useKQ16 = true }()
 				}
 				var in Input
 				in.Reset(randF32(r, M*K), M, K)
