@@ -266,19 +266,29 @@ func (b *Backend) MatMulPrecise(dst, x engine.Tensor, w engine.Weight) {
 	})
 }
 
-// MatMulShared sets dsts[i] = x·ws[i]ᵀ for weights that take the same input (the
-// projections of a token mixer): for quantized weights the input is quantized once and
-// all the products run as one parallel job, with the bits of one MatMul each. With
-// precise, each product is MatMulPrecise's (PreciseHybrid then takes float32
-// activations). Anything else (exact mode, unquantized weights) takes one MatMul each.
+// MatMulShared sets dsts[i] = x·ws[i]ᵀ for weights that share the input x (a layer's
+// q, k and v; gate and up; the projections of a token mixer). With quantized kernels
+// the input is quantized once and every matrix's rows go to one parallel job: one
+// hand-off to the workers instead of one per matrix, and at decode no barrier between
+// matrices to idle a core at while the other finishes its last chunk. Each output is
+// computed by the same kernel on the same quantized rows as in MatMul, so the bits are
+// those of separate MatMuls. With precise, each product is MatMulPrecise's
+// (PreciseHybrid then takes float32 activations). Anything else (exact mode,
+// unquantized weights) takes one MatMul each.
 func (b *Backend) MatMulShared(dsts []engine.Tensor, x engine.Tensor, ws []engine.Weight, precise bool) {
 	xt := tt(x)
-	shared := !b.exact && !(precise && b.preciseHybrid) && len(dsts) == len(ws)
+	if len(dsts) != len(ws) {
+		panic(fmt.Sprintf("cpu: matmul shared: %d outputs for %d weights", len(dsts), len(ws)))
+	}
+	shared := !b.exact && !(precise && b.preciseHybrid) && xt.cols%kernels.QK == 0
 	ds, wts := make([]*Tensor, len(ws)), make([]*Weight, len(ws))
 	for i, w := range ws {
 		wt := ww(w)
 		ds[i], wts[i] = tt(dsts[i]), wt
-		if wt.k == nil || !wt.k.Quantized() || wt.cols != xt.cols || ds[i].rows != xt.rows || ds[i].cols != wt.rows {
+		if wt.cols != xt.cols || ds[i].rows != xt.rows || ds[i].cols != wt.rows {
+			panic(fmt.Sprintf("cpu: matmul x [%d, %d] · w [%d, %d]ᵀ into [%d, %d]", xt.rows, xt.cols, wt.rows, wt.cols, ds[i].rows, ds[i].cols))
+		}
+		if wt.k == nil || !wt.k.Quantized() {
 			shared = false
 		}
 	}

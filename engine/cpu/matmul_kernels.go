@@ -8,10 +8,8 @@ package cpu
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 
-	"github.com/macpool/macpool/engine"
 	"github.com/macpool/macpool/engine/cpu/kernels"
 	"github.com/macpool/macpool/engine/tensor"
 )
@@ -150,40 +148,4 @@ func (b *Backend) matmulInputs(in *kernels.Input, dsts []*Tensor, ws []*Weight) 
 			}
 		}
 	})
-}
-
-// MatMulShared sets dsts[i] = x·ws[i]ᵀ for weights that share the input x
-// (a layer's q, k and v; gate and up). With quantized kernels the input is
-// quantized once and every matrix's rows go to one parallel job: one
-// hand-off to the workers instead of one per matrix, and at decode no
-// barrier between matrices to idle a core at while the other finishes its
-// last chunk. Each output is computed by the same kernel on the same
-// quantized rows as in MatMul, so the bits are those of separate MatMuls.
-// Other weights (float, exact mode) run one MatMul each.
-func (b *Backend) MatMulShared(dsts []engine.Tensor, x engine.Tensor, ws []engine.Weight) {
-	xt := tt(x)
-	if len(dsts) != len(ws) {
-		panic(fmt.Sprintf("cpu: matmul shared: %d outputs for %d weights", len(dsts), len(ws)))
-	}
-	ds, wts := make([]*Tensor, len(ws)), make([]*Weight, len(ws))
-	fused := !b.exact && xt.cols%kernels.QK == 0
-	for i, w := range ws {
-		ds[i], wts[i] = tt(dsts[i]), ww(w)
-		d, wt := ds[i], wts[i]
-		if wt.cols != xt.cols || d.rows != xt.rows || d.cols != wt.rows {
-			panic(fmt.Sprintf("cpu: matmul x [%d, %d] · w [%d, %d]ᵀ into [%d, %d]", xt.rows, xt.cols, wt.rows, wt.cols, d.rows, d.cols))
-		}
-		fused = fused && wt.k != nil && wt.k.Quantized()
-	}
-	if !fused {
-		for i, w := range ws {
-			b.MatMul(dsts[i], x, w, nil)
-		}
-		return
-	}
-	in := inputs.Get().(*kernels.Input)
-	defer inputs.Put(in)
-	in.Reset(xt.data, xt.rows, xt.cols)
-	b.parallel(xt.rows, max(1, 8192/xt.cols), func(lo, hi, _ int) { in.QuantizeRows(lo, hi) })
-	b.matmulInputs(in, ds, wts)
 }

@@ -10,13 +10,13 @@ import (
 	"github.com/macpool/macpool/engine/tensor"
 )
 
-// TestMatMulSharedBitIdentical checks that MatMulShared (one quantized
+// TestMatMulSharedDenseBitIdentical checks that MatMulShared (one quantized
 // input, one parallel job over several matrices) gives the bits of one
 // MatMul per matrix, for matrices of one format and of mixed formats
 // sharing the input (a Q4_K_M layer's q, k, v: Q4_K and Q6_K, whose 8-row
 // interleaves differ), at decode and prefill batch sizes (VNNI and AMX
 // paths), in the default and the exact mode.
-func TestMatMulSharedBitIdentical(t *testing.T) {
+func TestMatMulSharedDenseBitIdentical(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 19))
 	const K = 512
 	for _, cfg := range []Config{{Threads: 2}, {Threads: 2, ExactMatMul: true}} {
@@ -46,7 +46,7 @@ func TestMatMulSharedBitIdentical(t *testing.T) {
 					for i, w := range ws {
 						got[i] = b.NewTensor(M, w.Rows())
 					}
-					b.MatMulShared(got, x, ws)
+					b.MatMulShared(got, x, ws, false)
 					for i, w := range ws {
 						want := b.NewTensor(M, w.Rows())
 						b.MatMul(want, x, w, nil)

@@ -22,9 +22,9 @@ type fusedCounts struct {
 	shared, addNorm, normRope *int
 }
 
-func (b fusedCounts) MatMulShared(dsts []engine.Tensor, x engine.Tensor, ws []engine.Weight) {
+func (b fusedCounts) MatMulShared(dsts []engine.Tensor, x engine.Tensor, ws []engine.Weight, precise bool) {
 	*b.shared++
-	b.Backend.MatMulShared(dsts, x, ws)
+	b.Backend.MatMulShared(dsts, x, ws, precise)
 }
 
 func (b fusedCounts) AddRMSNorm(dst, x, h engine.Tensor, w engine.Weight, p engine.NormParams) {

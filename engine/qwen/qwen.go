@@ -316,15 +316,6 @@ func (m *Dense) finalNorm(bt *engine.Batch, x engine.Tensor) engine.Tensor {
 	return sel
 }
 
-// sharedMatMuler is implemented by backends that multiply one input by
-// several weights in one op with the bits of separate MatMuls (cpu: the
-// input quantized once, one parallel job over all the matrices' rows —
-// one hand-off and one barrier instead of one per matrix, which at decode
-// is idle memory time on every core but the last to finish).
-type sharedMatMuler interface {
-	MatMulShared(dsts []engine.Tensor, x engine.Tensor, ws []engine.Weight)
-}
-
 // addRMSNormer is implemented by backends that fuse the residual add with
 // the norm after it (x += h, dst = RMSNorm(x); dst may be h) with the bits
 // of Add then RMSNorm (cpu: each row normed while it is in cache).
@@ -388,7 +379,7 @@ func (m *Dense) layers(bt *engine.Batch, in engine.Tensor) (engine.Tensor, error
 			be.RMSNorm(h, x, l.InputNorm, norm)
 		}
 		if shared != nil && l.QBias == nil && l.KBias == nil && l.VBias == nil {
-			shared.MatMulShared([]engine.Tensor{q, k, v}, h, []engine.Weight{l.Q, l.K, l.V})
+			shared.MatMulShared([]engine.Tensor{q, k, v}, h, []engine.Weight{l.Q, l.K, l.V}, false)
 		} else {
 			be.MatMul(q, h, l.Q, l.QBias)
 			be.MatMul(k, h, l.K, l.KBias)
@@ -419,7 +410,7 @@ func (m *Dense) layers(bt *engine.Batch, in engine.Tensor) (engine.Tensor, error
 			be.RMSNorm(h, x, l.PostAttnNorm, norm)
 		}
 		if shared != nil {
-			shared.MatMulShared([]engine.Tensor{gate, up}, h, []engine.Weight{l.Gate, l.Up})
+			shared.MatMulShared([]engine.Tensor{gate, up}, h, []engine.Weight{l.Gate, l.Up}, false)
 		} else {
 			be.MatMul(gate, h, l.Gate, nil)
 			be.MatMul(up, h, l.Up, nil)
