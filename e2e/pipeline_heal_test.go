@@ -70,19 +70,7 @@ func TestProcessesPipelineHeal(t *testing.T) {
 	client := oai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey("sk"), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	params := func(model string, seeded bool) oai.ChatCompletionNewParams {
-		p := oai.ChatCompletionNewParams{
-			Model:     model,
-			Messages:  []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Tell me about pipelines and the Macs of an office.")},
-			MaxTokens: oai.Int(120),
-		}
-		if seeded {
-			p.Temperature, p.Seed = oai.Float(0.9), oai.Int(7)
-		} else {
-			p.Temperature = oai.Float(0)
-		}
-		return p
-	}
+	params := pipelineParams
 	want := map[bool]string{}
 	for _, seeded := range []bool{false, true} {
 		ref, err := client.Chat.Completions.New(ctx, params("whole", seeded))

@@ -201,19 +201,7 @@ func TestProcessesPipeline(t *testing.T) {
 	client := oai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey("sk"), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	params := func(model string, seeded bool) oai.ChatCompletionNewParams {
-		p := oai.ChatCompletionNewParams{
-			Model:     model,
-			Messages:  []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Tell me about pipelines and the Macs of an office.")},
-			MaxTokens: oai.Int(120),
-		}
-		if seeded {
-			p.Temperature, p.Seed = oai.Float(0.9), oai.Int(7)
-		} else {
-			p.Temperature = oai.Float(0)
-		}
-		return p
-	}
+	params := pipelineParams
 	want := map[bool]string{}
 	for _, seeded := range []bool{false, true} {
 		ref, err := client.Chat.Completions.New(ctx, params("whole", seeded))
@@ -318,4 +306,20 @@ func stageChunkBytes(r *admin.LayoutRanges, first, last int, file string, size, 
 		}
 	}
 	return n
+}
+
+// pipelineParams is the request the pipeline tests send to the whole and
+// the pipelined model: greedy, or sampled with a fixed seed.
+func pipelineParams(model string, seeded bool) oai.ChatCompletionNewParams {
+	p := oai.ChatCompletionNewParams{
+		Model:     model,
+		Messages:  []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Tell me about pipelines and the Macs of an office.")},
+		MaxTokens: oai.Int(120),
+	}
+	if seeded {
+		p.Temperature, p.Seed = oai.Float(0.9), oai.Int(7)
+	} else {
+		p.Temperature = oai.Float(0)
+	}
+	return p
 }
