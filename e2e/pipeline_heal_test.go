@@ -6,15 +6,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-
-	"github.com/macpool/macpool/engine/testmodel"
 )
 
 // TestProcessesPipelineHeal: the link between two live stage worker
@@ -34,36 +31,8 @@ func TestProcessesPipelineHeal(t *testing.T) {
 	if _, err := exec.LookPath("ss"); err != nil {
 		t.Skip("no ss (iproute2)")
 	}
-	dir := t.TempDir()
-	modelDir := filepath.Join(dir, "tiny")
-	if err := testmodel.Write(modelDir, testmodel.Options{Layers: 6, HiddenSize: 64, Intermediate: 24576, EOSBias: 0}); err != nil {
-		t.Fatal(err)
-	}
-	limit := splitLimit(t, modelDir)
-	coord := start(t, "coordinator", "coordinator", "--name", "coord-1", "--http", "127.0.0.1:0",
-		"--gossip", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "coord"),
-		"--fast-timeouts", "--log-level", "debug")
-	join := coord.fields["gossip"]
-	workers := map[string]*proc{}
-	for i := 0; i <= 3; i++ {
-		name, lim := fmt.Sprintf("w%d", i), limit
-		if i == 0 {
-			name, lim = "src", 1<<20
-		}
-		workers[name] = start(t, "worker", "worker", "--name", name, "--join", join, "--gossip", "127.0.0.1:0",
-			"--backend", "cpu", "--threads", "1", "--slots", "2", "--model-store", "127.0.0.1:0",
-			"--data-dir", filepath.Join(dir, name), "--memory-limit", fmt.Sprint(lim), "--fast-timeouts", "--log-level", "debug")
-	}
-	start(t, "worker", "worker", "--name", "whole", "--join", join, "--gossip", "127.0.0.1:0",
-		"--backend", "cpu", "--threads", "1", "--slots", "2", "--model", modelDir, "--model-name", "whole",
-		"--model-store", "off", "--fast-timeouts")
-	base := "http://" + coord.fields["http"]
-	waitStatus(t, base, func(s string) bool {
-		return strings.Count(s, `"role":"worker"`) == 5 && strings.Contains(s, `"ready":true`)
-	})
-	if out, err := exec.Command(binary, "models", "add", modelDir, "--name", "tiny", "--node", "src", "--coordinator", coord.fields["http"]).CombinedOutput(); err != nil {
-		t.Fatalf("models add: %v\n%s", err, out)
-	}
+	pc := startPipelineCluster(t, 3)
+	coord, workers, base := pc.coord, pc.workers, pc.base
 	m := pipelineUp(t, base, "tiny", 0, 90*time.Second)
 	t.Logf("placed: epoch %d, stages %+v", m.Epoch, m.Stages)
 

@@ -126,43 +126,10 @@ func TestProcessesPipeline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process real-engine pipeline")
 	}
-	dir := t.TempDir()
-	modelDir := filepath.Join(dir, "tiny")
-	// Layers heavy against the (tied) 152k-token embedding, so that the
-	// split is by layers; slow enough per token for a kill mid-stream.
-	if err := testmodel.Write(modelDir, testmodel.Options{Layers: 6, HiddenSize: 64, Intermediate: 24576, EOSBias: 0}); err != nil {
-		t.Fatal(err)
-	}
-	limit := splitLimit(t, modelDir)
-	coord := start(t, "coordinator", "coordinator", "--name", "coord-1", "--http", "127.0.0.1:0",
-		"--gossip", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "coord"),
-		"--fast-timeouts", "--log-level", "debug")
-	join := coord.fields["gossip"]
-	workers := map[string]*proc{}
-	for i := 0; i <= 7; i++ {
-		// src holds the files (the model's source node) but has no room
-		// for a stage; w1..w7 are three stages and four spares.
-		name, lim := fmt.Sprintf("w%d", i), limit
-		if i == 0 {
-			name, lim = "src", 1<<20
-		}
-		workers[name] = start(t, "worker", "worker", "--name", name, "--join", join, "--gossip", "127.0.0.1:0",
-			"--backend", "cpu", "--threads", "1", "--slots", "2", "--model-store", "127.0.0.1:0",
-			"--data-dir", filepath.Join(dir, name), "--memory-limit", fmt.Sprint(lim), "--fast-timeouts", "--log-level", "debug",
-			"--memory-bandwidth", "-1") // unknown: the plan is the memory rule's, as stages() computes it
-	}
-	// The reference: the same model whole on one worker without a limit.
-	start(t, "worker", "worker", "--name", "whole", "--join", join, "--gossip", "127.0.0.1:0",
-		"--backend", "cpu", "--threads", "1", "--slots", "2", "--model", modelDir, "--model-name", "whole",
-		"--model-store", "off", "--fast-timeouts")
-	base := "http://" + coord.fields["http"]
-	waitStatus(t, base, func(s string) bool {
-		return strings.Count(s, `"role":"worker"`) == 9 && strings.Contains(s, `"ready":true`)
-	})
-	out, err := exec.Command(binary, "models", "add", modelDir, "--name", "tiny", "--node", "src", "--coordinator", coord.fields["http"]).CombinedOutput()
-	if err != nil {
-		t.Fatalf("models add: %v\n%s", err, out)
-	}
+	// w1..w7 are three stages and four spares; the bandwidth is unknown, so
+	// the plan is the memory rule's, as stages() computes it.
+	pc := startPipelineCluster(t, 7, "--memory-bandwidth", "-1")
+	coord, workers, base := pc.coord, pc.workers, pc.base
 	m := pipelineUp(t, base, "tiny", 0, 90*time.Second)
 	t.Logf("placed: epoch %d, stages %+v", m.Epoch, m.Stages)
 	for _, s := range m.Stages {
@@ -185,7 +152,7 @@ func TestProcessesPipeline(t *testing.T) {
 		t.Fatalf("no layout with ranges in the registry: %+v", m.ModelSpec)
 	}
 	for _, s := range m.Stages {
-		f := filepath.Join(dir, s.Worker, "models", "tiny.partial", "model.safetensors")
+		f := filepath.Join(pc.dir, s.Worker, "models", "tiny.partial", "model.safetensors")
 		var st syscall.Stat_t
 		if err := syscall.Stat(f, &st); err != nil {
 			t.Fatalf("stage %s: %v", s.Worker, err)
@@ -322,4 +289,57 @@ func pipelineParams(model string, seeded bool) oai.ChatCompletionNewParams {
 		p.Temperature = oai.Float(0)
 	}
 	return p
+}
+
+// pipelineCluster is a coordinator process, the model's source worker "src"
+// (it holds the files but has no room for a stage), stage workers w1..wN
+// limited so that the model splits over three of them, and "whole", the
+// same model served whole by one worker as the reference; the model is
+// added as "tiny".
+type pipelineCluster struct {
+	coord    *proc
+	workers  map[string]*proc // src, w1..wN
+	modelDir string
+	dir      string // the workers' data directories are dir/NAME
+	base     string // the coordinator's HTTP base URL
+}
+
+// startPipelineCluster starts a pipelineCluster of n stage workers, each
+// also given workerArgs, and waits until every worker is ready.
+func startPipelineCluster(t *testing.T, n int, workerArgs ...string) pipelineCluster {
+	t.Helper()
+	dir := t.TempDir()
+	pc := pipelineCluster{modelDir: filepath.Join(dir, "tiny"), dir: dir, workers: map[string]*proc{}}
+	// Layers heavy against the (tied) 152k-token embedding, so that the
+	// split is by layers; slow enough per token for a kill mid-stream.
+	if err := testmodel.Write(pc.modelDir, testmodel.Options{Layers: 6, HiddenSize: 64, Intermediate: 24576, EOSBias: 0}); err != nil {
+		t.Fatal(err)
+	}
+	limit := splitLimit(t, pc.modelDir)
+	pc.coord = start(t, "coordinator", "coordinator", "--name", "coord-1", "--http", "127.0.0.1:0",
+		"--gossip", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "coord"),
+		"--fast-timeouts", "--log-level", "debug")
+	join := pc.coord.fields["gossip"]
+	for i := 0; i <= n; i++ {
+		name, lim := fmt.Sprintf("w%d", i), limit
+		if i == 0 {
+			name, lim = "src", 1<<20
+		}
+		args := append([]string{"worker", "--name", name, "--join", join, "--gossip", "127.0.0.1:0",
+			"--backend", "cpu", "--threads", "1", "--slots", "2", "--model-store", "127.0.0.1:0",
+			"--data-dir", filepath.Join(dir, name), "--memory-limit", fmt.Sprint(lim), "--fast-timeouts", "--log-level", "debug"},
+			workerArgs...)
+		pc.workers[name] = start(t, "worker", args...)
+	}
+	start(t, "worker", "worker", "--name", "whole", "--join", join, "--gossip", "127.0.0.1:0",
+		"--backend", "cpu", "--threads", "1", "--slots", "2", "--model", pc.modelDir, "--model-name", "whole",
+		"--model-store", "off", "--fast-timeouts")
+	pc.base = "http://" + pc.coord.fields["http"]
+	waitStatus(t, pc.base, func(s string) bool {
+		return strings.Count(s, `"role":"worker"`) == n+2 && strings.Contains(s, `"ready":true`)
+	})
+	if out, err := exec.Command(binary, "models", "add", pc.modelDir, "--name", "tiny", "--node", "src", "--coordinator", pc.coord.fields["http"]).CombinedOutput(); err != nil {
+		t.Fatalf("models add: %v\n%s", err, out)
+	}
+	return pc
 }
