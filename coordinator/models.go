@@ -414,13 +414,22 @@ func (c *Coordinator) placeModels(members []cluster.Member, st State) {
 	placed, free := place(pc, models, workers, st.Assign)
 	young := c.placementYoung()                                 // restart.go
 	defer c.pipelineRound(pc, st, placed, free, members, young) // pipelines.go: models no worker holds whole
+	live := map[string]bool{}
+	for _, w := range workers {
+		live[w.Name] = true
+	}
 	for name, ws := range placed {
 		old, ok := st.Assign[name]
-		if ok && slices.Equal(old, ws) {
-			continue
+		if young {
+			if kept := keepAbsent(old, ws, live); !slices.Equal(kept, ws) {
+				c.log.Debug("not withdrawing absent workers yet: the cluster view is younger than the grace period", "model", name, "workers", old, "would_be", ws)
+				ws = kept
+			}
 		}
-		if young && withdraws(old, ws) {
-			c.log.Debug("not withdrawing placement yet: the cluster view is younger than the grace period", "model", name, "workers", old, "would_be", ws)
+		// The pipeline round sees what is applied: a model kept whole is
+		// not also pipelined.
+		placed[name] = ws
+		if ok && slices.Equal(old, ws) {
 			continue
 		}
 		c.log.Info("placing model", "model", name, "workers", ws, "size", st.Models[name].Size)

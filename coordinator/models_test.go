@@ -106,6 +106,39 @@ func TestPlace(t *testing.T) {
 
 // Managed-model commands next to the session-1 ones; logs and snapshots
 // written before the new fields existed still apply and restore.
+// TestKeepAbsent: a young leader keeps placed workers it does not see
+// (they may be rejoining) but withdraws a live one the placement drops.
+func TestKeepAbsent(t *testing.T) {
+	tests := []struct {
+		name      string
+		old, next []string
+		live      []string
+		want      []string
+	}{
+		{"unchanged", []string{"a", "b"}, []string{"a", "b"}, []string{"a", "b"}, []string{"a", "b"}},
+		{"absent worker kept", []string{"a", "b"}, []string{"a"}, []string{"a"}, []string{"a", "b"}},
+		{"live worker without room withdrawn", []string{"a", "b"}, []string{"a"}, []string{"a", "b"}, []string{"a"}},
+		{"model too big for every live worker", []string{"a", "b", "c"}, nil, []string{"a", "b", "c"}, []string{}},
+		{"absent kept beside a new worker", []string{"b"}, []string{"a"}, []string{"a"}, []string{"a", "b"}},
+		{"nothing placed before", nil, []string{"b", "a"}, []string{"a", "b"}, []string{"a", "b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			live := map[string]bool{}
+			for _, w := range tt.live {
+				live[w] = true
+			}
+			got := keepAbsent(tt.old, tt.next, live)
+			if got == nil {
+				got = []string{}
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("keepAbsent(%v, %v, live %v) = %v, want %v", tt.old, tt.next, tt.live, got, tt.want)
+			}
+		})
+	}
+}
+
 func TestFSMModelsCompatible(t *testing.T) {
 	f := newFSM()
 	// A session-1 log entry: no managed fields.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"path/filepath"
 	"sync"
@@ -45,6 +46,16 @@ func TestPipelineStageLoadFails(t *testing.T) {
 	start := func(name string, limit int64, fails bool) *worker.Worker {
 		wc := placedWorkerConfig(t, name, c.GossipAddr(), &loads, nil)
 		wc.MemoryLimit = limit
+		// As the real loader (loader.ErrTooBig): a model over the memory
+		// limit is not loaded whole. Placement may try it while the
+		// model's size is still unknown.
+		load := wc.Placed.Load
+		wc.Placed.Load = func(ctx context.Context, model, path string) (worker.Engine, func() error, error) {
+			if size := dirSize(t, path); size > limit {
+				return nil, nil, fmt.Errorf("%d bytes of weights exceed the memory limit %d (test)", size, limit)
+			}
+			return load(ctx, model, path)
+		}
 		wc.Pipeline = "127.0.0.1:1" // advertised; the stages below never dial
 		wc.Placed.Layout = func(string) (*admin.ModelLayout, error) { return layout, nil }
 		wc.Placed.LoadStage = func(ictx context.Context, _, _ string, plan cluster.PipelinePlan) (worker.Stage, error) {
@@ -132,6 +143,27 @@ func TestPipelineStageLoadFails(t *testing.T) {
 		r, err := submit(ctx, c, j)
 		return err == nil && r.err == nil && r.text != ""
 	})
+}
+
+// dirSize is the bytes of the files in dir.
+func dirSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += info.Size()
+		return nil
+	})
+	if err != nil {
+		t.Errorf("size of %s: %v", dir, err)
+	}
+	return n
 }
 
 // failure submits j and returns its error (from Submit or the stream's

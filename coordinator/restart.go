@@ -96,13 +96,17 @@ func (c *Coordinator) placementYoung() bool {
 	return since == 0 || time.Since(time.Unix(0, since)) < c.cfg.PlacementGrace
 }
 
-// withdraws reports whether a placement change from old to next removes a
-// worker.
-func withdraws(old, next []string) bool {
+// keepAbsent is placement next as a young leader applies it: workers of
+// old that are not in the cluster view (live) stay, as they may still be
+// rejoining; a live worker the placement drops (no room for the model any
+// more, say once its size is known) is withdrawn at once. Sorted.
+func keepAbsent(old, next []string, live map[string]bool) []string {
+	out := slices.Clone(next)
 	for _, w := range old {
-		if !slices.Contains(next, w) {
-			return true
+		if !live[w] && !slices.Contains(out, w) {
+			out = append(out, w)
 		}
 	}
-	return false
+	slices.Sort(out)
+	return out
 }

@@ -553,8 +553,15 @@ func (w *Worker) install(ctx, ictx context.Context, m cluster.AssignedModel, pm 
 			log.Warn("load model", "path", path, "err", err)
 			// A stage that does not load here is reported failed: the
 			// leader re-places the model without this worker (stages.go).
+			// A whole model that does not load still has all its files
+			// here: their layout tells the leader its size, so one too
+			// big for every worker gets pipelined rather than retried.
+			layout := w.wholeLayout(m, path)
 			w.setProgress(pm, func(p *cluster.ModelProgress) {
 				p.State, p.Error, p.StageFailed = cluster.ModelFailed, fmt.Sprintf("load: %v", err), m.Plan != nil
+				if layout != nil {
+					p.Layout = layout
+				}
 			})
 			continue
 		}

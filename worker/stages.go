@@ -155,6 +155,20 @@ func (w *Worker) storeOnly(pm *placedModel, path, from, digest string) error {
 	return nil
 }
 
+// wholeLayout is the layout of a whole model's files at path (nil for a
+// stage, without a Layout reader, or when it cannot be read).
+func (w *Worker) wholeLayout(m cluster.AssignedModel, path string) *admin.ModelLayout {
+	if m.Plan != nil || w.placed.cfg.Layout == nil {
+		return nil
+	}
+	l, err := w.placed.cfg.Layout(path)
+	if err != nil {
+		w.log.Debug("model layout", "model", m.Name, "path", path, "err", err)
+		return nil
+	}
+	return l
+}
+
 // stagePart is a stage fetch done: the partial folder's model path, its
 // manifest and which chunks it holds.
 type stagePart struct {
