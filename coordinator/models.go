@@ -401,7 +401,7 @@ func (c *Coordinator) placeModels(members []cluster.Member, st State) {
 		if m.Meta.Role != cluster.RoleWorker || m.Meta.Store == "" || m.Meta.Leaving {
 			continue
 		}
-		workers = append(workers, PlaceWorker{Name: m.Name, MemoryMB: m.Meta.MemoryMB, GPUWorkingMB: m.Meta.GPUWorkingMB, MemLimit: m.Meta.MemLimit, Serving: m.Meta.Models})
+		workers = append(workers, PlaceWorker{Name: m.Name, MemoryMB: m.Meta.MemoryMB, GPUWorkingMB: m.Meta.GPUWorkingMB, MemLimit: m.Meta.MemLimit, KVBytes: m.Meta.KVBytes, Serving: m.Meta.Models})
 	}
 	models := make([]ModelSpec, 0, len(st.Models))
 	for _, m := range st.Models {

@@ -30,6 +30,20 @@ func TestPlace(t *testing.T) {
 			want:    map[string][]string{"big": {"studio"}},
 		},
 		{
+			// 20 GiB + 10% + 4 GiB of --kv-bytes: 26 GiB > 24 GiB usable.
+			name:    "a worker's --kv-bytes replaces the KV budget",
+			models:  []ModelSpec{big},
+			workers: []PlaceWorker{{Name: "studio", MemoryMB: mb(32), KVBytes: 4 * gib}, {Name: "max", MemoryMB: mb(32), KVBytes: gib / 2}},
+			want:    map[string][]string{"big": {"max"}},
+		},
+		{
+			name:    "a kept placement is dropped once --kv-bytes leaves no room",
+			models:  []ModelSpec{big},
+			workers: []PlaceWorker{{Name: "studio", MemoryMB: mb(32), KVBytes: 4 * gib}},
+			current: map[string][]string{"big": {"studio"}},
+			want:    map[string][]string{"big": {}},
+		},
+		{
 			name:    "fits nowhere",
 			models:  []ModelSpec{big},
 			workers: []PlaceWorker{{Name: "mini", MemoryMB: mb(16)}, {Name: "air", MemoryMB: mb(24)}},

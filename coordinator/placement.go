@@ -31,6 +31,15 @@ func (p PlacementConfig) Need(size int64) int64 {
 	return size + int64(float64(size)*p.Overhead) + p.KVBudget
 }
 
+// needOn is Need on worker w: its own KV budget (--kv-bytes) when it
+// gossips one, else KVBudget.
+func (p PlacementConfig) needOn(size int64, w PlaceWorker) int64 {
+	if w.KVBytes > 0 {
+		p.KVBudget = w.KVBytes
+	}
+	return p.Need(size)
+}
+
 // PlaceWorker is a worker as placement sees it.
 type PlaceWorker struct {
 	Name     string
@@ -41,6 +50,9 @@ type PlaceWorker struct {
 	// MemLimit is the worker's --memory-limit in bytes (0: none): all of
 	// it is usable, it replaces the two above.
 	MemLimit int64
+	// KVBytes is the worker's --kv-bytes (0: unset): the KV cache each
+	// model placed here holds, reserved instead of KVBudget.
+	KVBytes int64
 	// Serving are models the worker serves that placement does not manage
 	// (started with --model): their memory is taken.
 	Serving []string
@@ -65,9 +77,11 @@ func place(cfg PlacementConfig, models []ModelSpec, workers []PlaceWorker, curre
 		sizes[m.Name] = m.Size
 	}
 	var names []string
+	byName := map[string]PlaceWorker{}
 	for _, w := range workers {
 		free[w.Name] = cfg.room(w, models, sizes)
 		names = append(names, w.Name)
+		byName[w.Name] = w
 	}
 	var managed []ModelSpec
 	for _, m := range models {
@@ -90,10 +104,10 @@ func place(cfg PlacementConfig, models []ModelSpec, workers []PlaceWorker, curre
 	}
 	// Pass 1: keep what still fits.
 	for _, m := range managed {
-		need := cfg.Need(m.Size)
 		out[m.Name] = []string{}
 		for _, w := range current[m.Name] {
 			room, alive := free[w]
+			need := cfg.needOn(m.Size, byName[w])
 			if !alive || room < need || len(out[m.Name]) >= want(m) {
 				continue
 			}
@@ -103,11 +117,10 @@ func place(cfg PlacementConfig, models []ModelSpec, workers []PlaceWorker, curre
 	}
 	// Pass 2: add workers with the most room.
 	for _, m := range managed {
-		need := cfg.Need(m.Size)
 		for len(out[m.Name]) < want(m) {
 			best := ""
 			for _, w := range names {
-				if slices.Contains(out[m.Name], w) || free[w] < need {
+				if slices.Contains(out[m.Name], w) || free[w] < cfg.needOn(m.Size, byName[w]) {
 					continue
 				}
 				if best == "" || free[w] > free[best] || (free[w] == free[best] && w < best) {
@@ -117,7 +130,7 @@ func place(cfg PlacementConfig, models []ModelSpec, workers []PlaceWorker, curre
 			if best == "" {
 				break
 			}
-			free[best] -= need
+			free[best] -= cfg.needOn(m.Size, byName[best])
 			out[m.Name] = append(out[m.Name], best)
 		}
 		slices.Sort(out[m.Name])
@@ -143,7 +156,7 @@ func (cfg PlacementConfig) room(w PlaceWorker, models []ModelSpec, sizes map[str
 	}
 	for _, s := range w.Serving {
 		if sz, ok := sizes[s]; ok && !isManaged(models, s) {
-			room -= cfg.Need(sz)
+			room -= cfg.needOn(sz, w)
 		}
 	}
 	return room
