@@ -173,7 +173,7 @@ func rowsOf(k Kind, seqs []Seq) int {
 // Wire format (little endian), after a u32 length of everything that
 // follows:
 //
-//	u8 version (2) | u8 encoding | u16 kind | u64 batch | u32 seqs | u32 rows | u32 cols | u32 meta bytes | u32 payload bytes
+//	u8 version (3) | u8 encoding | u16 kind | u64 batch | u32 seqs | u32 rows | u32 cols | u32 meta bytes | u32 payload bytes
 //	per sequence: u64 id | u32 pos | u32 prompt end | u8 flags (1 all logits, 2 greedy, 4 sample, 8 logits, 16 snapshot, 32 embed) | u32 n | n × u32 token
 //	payload
 //	rows × cols values (4 or 2 bytes each)
@@ -182,7 +182,9 @@ func rowsOf(k Kind, seqs []Seq) int {
 // reader can take them in one read and the values in another, straight
 // into the float32 slice.
 const (
-	version      = 2
+	// version 3 added the Ping kind and the embed flag (32); a peer of
+	// another version fails its first frame with ErrBadFrame.
+	version      = 3
 	headerSize   = 32
 	seqHead      = 21
 	flagAll      = 1
