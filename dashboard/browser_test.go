@@ -327,6 +327,23 @@ func (b *browser) do(name string, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// click clicks the element sel. The page re-renders its tables on every
+// poll, so the node a click looked up can be gone before it is clicked
+// ("Could not find node with given id"): then it clicks the new one.
+func (b *browser) click(name, sel string) {
+	b.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := chromedp.Do(b.ctx, chromedp.Click(chromedp.CSS(sel)))
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "Could not find node") || time.Now().After(deadline) {
+			b.t.Fatalf("%s: %v (after %v)", name, err, time.Since(b.start))
+		}
+	}
+}
+
 // poll waits until the JavaScript expression is truthy.
 func (b *browser) poll(name, expr string) {
 	b.t.Helper()

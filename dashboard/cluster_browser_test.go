@@ -290,7 +290,7 @@ func TestBrowserCluster(t *testing.T) {
 			return
 		}
 	}()
-	b.do("click Drain", chromedp.Click(chromedp.CSS(`button[data-drain-node="worker-b"]`)))
+	b.click("click Drain", `button[data-drain-node="worker-b"]`)
 	wg.Wait()
 	if !strings.Contains(dialog, "Drain worker-b?") {
 		t.Errorf("confirmation %q, want it to name worker-b", dialog)
