@@ -234,12 +234,12 @@ func grow(buf []float32, n int) []float32 {
 }
 
 // reserveRows allocates a buffer of max(n, reserve) floats and touches
-// its pages: the expert outputs of the first call of any size take room
-// for a whole prefill chunk at once (with the shared expert's rows, at
-// most K+1 per token), so the first long prompt does not pay ~40 MB of
+// its pages: the expert outputs of the first call of several tokens take
+// room for a whole prefill chunk at once (with the shared expert's rows,
+// at most K+1 per token), so the first long prompt does not pay ~40 MB of
 // page faults in the middle of its MoE block (17-20 ms of CPU measured
 // for a 512-token qwen3-30b-a3b block, ~15% of it), as a prefill after a
-// short warm-up did.
+// short warm-up did. Runs that only ever decode stay small.
 func reserveRows(n, reserve int) []float32 {
 	buf := make([]float32, max(n, reserve))
 	clear(buf) // fresh pages are mapped on first write: write them now
@@ -373,7 +373,11 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 	}
 	r.g, r.u = grow(r.g, gu), grow(r.u, gu)
 	if cap(r.y) < ys {
-		r.y = reserveRows(ys, ys/T*engine.PrefillChunk)
+		reserve := 0
+		if T > 1 {
+			reserve = ys / T * engine.PrefillChunk
+		}
+		r.y = reserveRows(ys, reserve)
 	}
 	r.y = r.y[:ys]
 	gu, ys, parts = 0, 0, 0
