@@ -30,11 +30,13 @@ import (
 //     all claimed before it, so no barrier separates the steps of one
 //     expert from another's. Blocks are sized by cost: a prefill runs each
 //     expert whole on one worker (hundreds of experts balance by
-//     themselves), a decode step splits its few experts into blocks so both
-//     workers stream weights.
+//     themselves) as one unit on that worker's buffers (gathered rows,
+//     gate/up outputs, activations: they stay in its L2), a decode step
+//     splits its few experts into blocks so both workers stream weights.
 //  5. the weighted sums per token (a job over tokens), each token's experts
 //     in increasing expert order and then the gated shared expert, as
-//     transformers adds them.
+//     transformers adds them (kernels.WeightedRows: the sum stays in
+//     registers over all of a token's rows).
 //
 // Every value is computed by the kernels and element-wise functions the
 // one-expert-at-a-time loop used, on the same rows: the bits do not change
@@ -129,7 +131,7 @@ type moeRun struct {
 	units  []moeUnit
 	ins    []*kernels.Input // the groups' gathered rows and activations, reused
 	qx     [1]*kernels.Input
-	wbuf   [][]float32  // per worker: a whole expert's gate and up outputs
+	wk     []moeWorker  // per worker: the buffers of the experts it runs whole
 	g, u   []float32    // every group's gate and up outputs, [rows, inter] each
 	y      []float32    // every group's down outputs, [rows, H] each
 	next   atomic.Int64 // next unit to claim
@@ -157,6 +159,23 @@ func putMoERun(r *moeRun) {
 	moeRuns.free = append(moeRuns.free, r)
 }
 
+// moeWorker is one worker's buffers for the experts it runs in one unit
+// (gathered rows, gate and up outputs, activations): reused expert after
+// expert, they stay in its L2.
+type moeWorker struct {
+	buf     []float32
+	in, act []*kernels.Input
+}
+
+// inputs returns the worker's first n Inputs for gathered rows and for
+// activations.
+func (w *moeWorker) inputs(n int) (in, act []*kernels.Input) {
+	for len(w.in) < n {
+		w.in, w.act = append(w.in, new(kernels.Input)), append(w.act, new(kernels.Input))
+	}
+	return w.in[:n], w.act[:n]
+}
+
 // moeGroup is one expert of the call (a routed expert with its tokens, or
 // the shared expert over the whole batch).
 type moeGroup struct {
@@ -169,10 +188,15 @@ type moeGroup struct {
 	in, act []*kernels.Input
 	split   int
 	g, u, y []float32
+	// fused: the whole expert is one unit (phase 3) on worker buffers.
+	fused bool
 	// state: 0 rows not gathered yet, 1 gathered (gate/up may run), 2
 	// activations ready (down may run). left counts gate/up blocks to go.
 	state, left atomic.Int32
 }
+
+// parts is the number of parts the group's rows go to the kernels in.
+func (gr *moeGroup) parts() int { return (gr.rows + gr.split - 1) / gr.split }
 
 // addGroup appends the group of expert ex over rows of the batch (tokens;
 // nil: all of them). Fields are set in place: a group holds atomics.
@@ -188,8 +212,9 @@ func (r *moeRun) addGroup(ex engine.Expert, rows int, tokens []int) {
 }
 
 // moeUnit is one piece of the expert job: the gather of a group's rows
-// (rows == nil), or weight rows [n0, n1) of its gate and up (phase 1) or
-// of its down (phase 2).
+// (phase 0), weight rows [n0, n1) of its gate and up (phase 1) or of its
+// down (phase 2), or the whole expert (phase 3: gather, gate/up and down
+// on one worker's buffers).
 type moeUnit struct {
 	group, phase, n0, n1 int
 }
@@ -205,6 +230,19 @@ func grow(buf []float32, n int) []float32 {
 	if cap(buf) < n {
 		return make([]float32, n)
 	}
+	return buf[:n]
+}
+
+// reserveRows allocates a buffer of max(n, reserve) floats and touches
+// its pages: the expert outputs of the first call of several tokens take
+// room for a whole prefill chunk at once (with the shared expert's rows,
+// at most K+1 per token), so the first long prompt does not pay ~40 MB of
+// page faults in the middle of its MoE block (17-20 ms of CPU measured
+// for a 512-token qwen3-30b-a3b block, ~15% of it), as a prefill after a
+// short warm-up did. Runs that only ever decode stay small.
+func reserveRows(n, reserve int) []float32 {
+	buf := make([]float32, max(n, reserve))
+	clear(buf) // fresh pages are mapped on first write: write them now
 	return buf[:n]
 }
 
@@ -300,10 +338,6 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 		if sp := splitRows(gr.gate); gr.tokens != nil && sp > 0 && gr.rows > sp {
 			gr.split = sp
 		}
-		parts += (gr.rows + gr.split - 1) / gr.split
-	}
-	for len(r.ins) < 2*parts {
-		r.ins = append(r.ins, new(kernels.Input))
 	}
 	r.qx[0] = qx
 	cost := 0
@@ -319,15 +353,33 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 	// quantized activations, keeps its gate/up outputs in the worker's own
 	// buffer (in L2; moeUnit): only the others take room in r.g, r.u.
 	whole := func(gr *moeGroup) bool { return blocks(gr, gr.inter) >= gr.inter && gr.down.k.Quantized() }
+	// A routed expert whose down is one unit too runs whole in one unit
+	// (a prefill's experts): its gathered rows and activations need no
+	// buffers of their own, only the worker's.
 	gu, ys := 0, 0
 	for i := range r.groups {
 		gr := &r.groups[i]
+		gr.fused = gr.tokens != nil && whole(gr) && blocks(gr, H) >= H
+		if !gr.fused {
+			parts += 2 * gr.parts()
+		}
 		if !whole(gr) {
 			gu += gr.rows * gr.inter
 		}
 		ys += gr.rows * H
 	}
-	r.g, r.u, r.y = grow(r.g, gu), grow(r.u, gu), grow(r.y, ys)
+	for len(r.ins) < parts {
+		r.ins = append(r.ins, new(kernels.Input))
+	}
+	r.g, r.u = grow(r.g, gu), grow(r.u, gu)
+	if cap(r.y) < ys {
+		reserve := 0
+		if T > 1 {
+			reserve = ys / T * engine.PrefillChunk
+		}
+		r.y = reserveRows(ys, reserve)
+	}
+	r.y = r.y[:ys]
 	gu, ys, parts = 0, 0, 0
 	for i := range r.groups {
 		gr := &r.groups[i]
@@ -338,7 +390,11 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 		}
 		gr.y = r.y[ys : ys+gr.rows*H]
 		ys += gr.rows * H
-		np := (gr.rows + gr.split - 1) / gr.split
+		gr.in, gr.act = nil, nil
+		if gr.fused {
+			continue
+		}
+		np := gr.parts()
 		gr.act, parts = r.ins[parts:parts+np], parts+np
 		if gr.tokens == nil {
 			gr.in = r.qx[:]
@@ -349,8 +405,9 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 		}
 	}
 
-	// Units: gathers, then gate/up blocks, then down blocks, the costliest
-	// groups first in each (the small ones fill the end).
+	// Units: gathers, then gate/up blocks and whole experts, then down
+	// blocks, the costliest groups first in each (the small ones fill the
+	// end).
 	byCost := make([]int, len(r.groups))
 	for i := range byCost {
 		byCost[i] = i
@@ -358,12 +415,16 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 	slices.SortStableFunc(byCost, func(a, c int) int { return r.groups[c].rows*r.groups[c].inter - r.groups[a].rows*r.groups[a].inter })
 	r.units = r.units[:0]
 	for _, i := range byCost {
-		if r.groups[i].tokens != nil {
+		if gr := &r.groups[i]; gr.tokens != nil && !gr.fused {
 			r.units = append(r.units, moeUnit{group: i, phase: 0})
 		}
 	}
 	for _, i := range byCost {
 		gr := &r.groups[i]
+		if gr.fused {
+			r.units = append(r.units, moeUnit{group: i, phase: 3})
+			continue
+		}
 		bs := blocks(gr, gr.inter)
 		gr.left.Store(int32((gr.inter + bs - 1) / bs))
 		for n0 := 0; n0 < gr.inter; n0 += bs {
@@ -372,13 +433,16 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 	}
 	for _, i := range byCost {
 		gr := &r.groups[i]
+		if gr.fused {
+			continue
+		}
 		bs := blocks(gr, H)
 		for n0 := 0; n0 < H; n0 += bs {
 			r.units = append(r.units, moeUnit{group: i, phase: 2, n0: n0, n1: min(H, n0+bs)})
 		}
 	}
-	for len(r.wbuf) < b.threads {
-		r.wbuf = append(r.wbuf, nil)
+	for len(r.wk) < b.threads {
+		r.wk = append(r.wk, moeWorker{})
 	}
 	r.next.Store(0)
 	b.parallel(b.threads, 1, func(_, _, wk int) {
@@ -392,33 +456,34 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 	})
 
 	// Weighted sums: each token's experts in increasing expert order (the
-	// sorted positions of a token's slots), then the shared expert.
+	// sorted positions of a token's slots), then the shared expert, whose
+	// outputs are the last T rows of r.y (the last group).
 	var sg []float32
-	var sy []float32
 	if shared {
 		g := b.NewTensor(T, 1)
 		defer b.Release(g)
 		b.MatMul(g, x, w.SharedGate, nil)
 		sg = tt(g).data
-		sy = r.groups[len(r.groups)-1].y
 	}
+	shRow := len(r.y)/H - T
 	b.parallel(T, max(1, 16384/(H*(K+1))), func(lo, hi, _ int) {
-		var ps [64]int
+		var ps [65]int
+		var ws [65]float32
+		p, pw := ps[:0], ws[:0]
+		if K+1 > len(ps) {
+			p, pw = make([]int, 0, K+1), make([]float32, 0, K+1)
+		}
 		for t := lo; t < hi; t++ {
-			out := o.row(t)
-			clear(out)
-			p := ps[:0]
-			if K > len(ps) {
-				p = make([]int, 0, K)
-			}
-			p = append(p, r.pos[t*K:(t+1)*K]...)
+			p = append(p[:0], r.pos[t*K:(t+1)*K]...)
 			slices.Sort(p) // positions ascend with the expert
+			pw = pw[:0]
 			for _, q := range p {
-				moe.Accumulate(out, r.r.Weights[r.order[q]], r.y[q*H:(q+1)*H])
+				pw = append(pw, r.r.Weights[r.order[q]])
 			}
 			if shared {
-				moe.Accumulate(out, moe.SharedGate(sg[t]), sy[t*H:(t+1)*H])
+				p, pw = append(p, shRow+t), append(pw, moe.SharedGate(sg[t]))
 			}
+			kernels.WeightedRows(o.row(t), r.y, p, pw)
 		}
 	})
 	if w.Shared != nil && !shared {
@@ -428,8 +493,8 @@ func (b *Backend) moeQuantized(r *moeRun, o, x *Tensor, qx *kernels.Input, w *en
 
 // work is worker wk's buffer of n floats.
 func (r *moeRun) work(wk, n int) []float32 {
-	r.wbuf[wk] = grow(r.wbuf[wk], n)
-	return r.wbuf[wk]
+	r.wk[wk].buf = grow(r.wk[wk].buf, n)
+	return r.wk[wk].buf
 }
 
 // moeUnit runs one unit of the expert job on worker wk.
@@ -437,54 +502,90 @@ func (b *Backend) moeUnit(r *moeRun, u moeUnit, qx *kernels.Input, H, wk int) {
 	gr := &r.groups[u.group]
 	switch u.phase {
 	case 0:
-		for j, in := range gr.in {
-			in.GatherRows(qx, gr.tokens[j*gr.split:min(gr.rows, (j+1)*gr.split)])
-		}
+		gr.gather(gr.in, qx)
 		gr.state.Store(1)
 	case 1:
 		waitState(&gr.state, 1)
-		n, I := gr.rows, gr.inter
 		gb, ub := gr.g, gr.u
 		if gb == nil {
 			// The whole expert in this unit, and down reads only the
 			// quantized activations: gate and up land in the worker's own
 			// buffer, which stays in L2.
-			w := r.work(wk, 2*n*I)
-			gb, ub = w[:n*I], w[n*I:]
+			gb, ub = r.gateUp(gr, wk)
 		}
-		// Weight rows in sub-blocks that stay in L2 while every part of the
-		// rows passes over them (the AMX kernels unpack a call's 4-bit
-		// weights into a buffer twice their size).
-		for s0 := u.n0; s0 < u.n1; s0 += moeSubRows {
-			s1 := min(u.n1, s0+moeSubRows)
-			for j, in := range gr.in {
-				gr.gate.k.MatMul(gb[j*gr.split*I:], I, in, s0, s1)
-				gr.up.k.MatMul(ub[j*gr.split*I:], I, in, s0, s1)
-			}
-		}
-		e := b.scratchBuf(wk, u.n1-u.n0)
-		for i := 0; i < n; i++ {
-			g, up := gb[i*I+u.n0:i*I+u.n1], ub[i*I+u.n0:i*I+u.n1]
-			swiglu(g, g, up, e)
-		}
+		b.gateUp(gr, gr.in, gb, ub, u.n0, u.n1, wk)
 		if gr.left.Add(-1) == 0 { // the last block: the activations are whole
-			for j, act := range gr.act {
-				r0 := j * gr.split
-				act.Reset(gb[r0*I:], min(gr.rows, r0+gr.split)-r0, I)
-				if gr.down.k.Quantized() {
-					act.QuantizeRows(0, act.M)
-					act.X = nil // the quantized kernels only; gb may be a worker's buffer
-				}
-			}
+			gr.activations(gr.act, gb)
 			gr.state.Store(2)
 		}
 	case 2:
 		waitState(&gr.state, 2)
-		for s0 := u.n0; s0 < u.n1; s0 += moeSubRows {
-			s1 := min(u.n1, s0+moeSubRows)
-			for j, act := range gr.act {
-				gr.down.k.MatMul(gr.y[j*gr.split*H:], H, act, s0, s1)
-			}
+		gr.downRows(gr.act, u.n0, u.n1, H)
+	case 3:
+		in, act := r.wk[wk].inputs(gr.parts())
+		gr.gather(in, qx)
+		gb, ub := r.gateUp(gr, wk)
+		b.gateUp(gr, in, gb, ub, 0, gr.inter, wk)
+		gr.activations(act, gb)
+		gr.downRows(act, 0, H, H)
+	}
+}
+
+// gateUp is worker wk's buffer for a whole expert's gate and up outputs.
+func (r *moeRun) gateUp(gr *moeGroup, wk int) (g, u []float32) {
+	n := gr.rows * gr.inter
+	w := r.work(wk, 2*n)
+	return w[:n], w[n:]
+}
+
+// gather sets the parts in to the group's rows of the quantized batch.
+func (gr *moeGroup) gather(in []*kernels.Input, qx *kernels.Input) {
+	for j, p := range in {
+		p.GatherRows(qx, gr.tokens[j*gr.split:min(gr.rows, (j+1)*gr.split)])
+	}
+}
+
+// gateUp computes the group's gate and up rows [n0, n1) over the parts in
+// into gb, ub ([rows, inter] each) and applies SwiGLU to them in gb.
+func (b *Backend) gateUp(gr *moeGroup, in []*kernels.Input, gb, ub []float32, n0, n1, wk int) {
+	I := gr.inter
+	// Weight rows in sub-blocks that stay in L2 while every part of the
+	// rows passes over them (the AMX kernels unpack a call's 4-bit
+	// weights into a buffer twice their size).
+	for s0 := n0; s0 < n1; s0 += moeSubRows {
+		s1 := min(n1, s0+moeSubRows)
+		for j, p := range in {
+			gr.gate.k.MatMul(gb[j*gr.split*I:], I, p, s0, s1)
+			gr.up.k.MatMul(ub[j*gr.split*I:], I, p, s0, s1)
+		}
+	}
+	e := b.scratchBuf(wk, n1-n0)
+	for i := 0; i < gr.rows; i++ {
+		g, up := gb[i*I+n0:i*I+n1], ub[i*I+n0:i*I+n1]
+		swiglu(g, g, up, e)
+	}
+}
+
+// activations points the parts act at the group's SwiGLU outputs gb,
+// quantized when down reads quantized activations.
+func (gr *moeGroup) activations(act []*kernels.Input, gb []float32) {
+	I := gr.inter
+	for j, a := range act {
+		r0 := j * gr.split
+		a.Reset(gb[r0*I:], min(gr.rows, r0+gr.split)-r0, I)
+		if gr.down.k.Quantized() {
+			a.QuantizeRows(0, a.M)
+			a.X = nil // the quantized kernels only; gb may be a worker's buffer
+		}
+	}
+}
+
+// downRows computes the group's down rows [n0, n1) over the parts act.
+func (gr *moeGroup) downRows(act []*kernels.Input, n0, n1, H int) {
+	for s0 := n0; s0 < n1; s0 += moeSubRows {
+		s1 := min(n1, s0+moeSubRows)
+		for j, a := range act {
+			gr.down.k.MatMul(gr.y[j*gr.split*H:], H, a, s0, s1)
 		}
 	}
 }
@@ -504,10 +605,7 @@ func waitState(s *atomic.Int32, v int32) {
 // (len(g)) as scratch: Backend.SwiGLU's arithmetic, so the bits do not
 // depend on how a matrix is cut.
 func swiglu(h, g, u, e []float32) {
-	e = negExp(e[:len(g)], g)
-	for i, x := range g {
-		h[i] = x / (1 + e[i]) * u[i]
-	}
+	kernels.SiLUMul(h, g, u, negExp(e[:len(g)], g))
 }
 
 // moeFloat is the MoE one expert at a time on gathered float rows: the path

@@ -259,3 +259,38 @@ func randomQuant(b testing.TB, be *Backend, r *rand.Rand, f tensor.Format, rows,
 	}
 	return w
 }
+
+// TestMoEReservesPrefillChunk: a call of a few tokens sizes the expert
+// outputs for a whole prefill chunk (a long prompt after it grows
+// nothing), a one-token call only for itself.
+func TestMoEReservesPrefillChunk(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	const H, I, E, K = 256, 256, 8, 2
+	b := newBackend(t, 2)
+	w := &engine.MoEWeights{Router: randomQuant(t, b, r, tensor.Q8_0, E, H)}
+	for range E {
+		w.Experts = append(w.Experts, engine.Expert{Gate: randomQuant(t, b, r, tensor.Q8_0, I, H), Up: randomQuant(t, b, r, tensor.Q8_0, I, H), Down: randomQuant(t, b, r, tensor.Q8_0, H, I)})
+	}
+	moeRuns.Lock()
+	saved := moeRuns.free
+	moeRuns.free = nil
+	moeRuns.Unlock()
+	defer func() {
+		moeRuns.Lock()
+		moeRuns.free = saved
+		moeRuns.Unlock()
+	}()
+	for _, c := range []struct{ T, want int }{{1, K * H}, {3, engine.PrefillChunk * K * H}, {engine.PrefillChunk, engine.PrefillChunk * K * H}} {
+		x := tensorOf(b, c.T, H, randn(r, c.T*H))
+		b.MoE(b.NewTensor(c.T, H), x, w, engine.MoEParams{TopK: K, Normalize: true})
+		moeRuns.Lock()
+		free := moeRuns.free
+		moeRuns.Unlock()
+		if len(free) != 1 {
+			t.Fatalf("T%d: %d runs kept, want 1", c.T, len(free))
+		}
+		if got := cap(free[0].y); got != c.want {
+			t.Errorf("T%d: expert outputs room for %d floats, want %d", c.T, got, c.want)
+		}
+	}
+}
