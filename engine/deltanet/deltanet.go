@@ -140,9 +140,7 @@ func causalConv(r Runner, out, x []float32, T, C int, w []float32, K int, state 
 						o[c] = float32(v / (1 + math.Exp(-v)))
 					}
 				} else {
-					for c, v := range a {
-						o[c] = float32(v)
-					}
+					narrow32(o, a)
 					act(o, tmp[:len(o)])
 				}
 			}
