@@ -161,13 +161,22 @@ func causalConv(r Runner, out, x []float32, T, C int, w []float32, K int, state 
 // Gates computes beta = sigmoid(b) and g = -exp(aLog) * softplus(a + dtBias) for T tokens
 // of nv value heads: b, a, beta, g are [T, nv]; aLog and dtBias are [nv].
 func Gates(beta, g, b, a, aLog, dtBias []float32, T, nv int) {
-	for t := 0; t < T; t++ {
-		for h := 0; h < nv; h++ {
-			i := t*nv + h
-			beta[i] = Sigmoid(b[i])
-			g[i] = float32(-math.Exp(float64(aLog[h])) * softplus64(float64(a[i]+dtBias[h])))
+	GatesOn(nil, beta, g, b, a, aLog, dtBias, T, nv)
+}
+
+// GatesOn is Gates with tokens spread by r (an exp, an exp and a log1p per value:
+// serially ~1.2 ms a layer of a 512-token qwen3.6-35b-a3b prefill, 0.5% of it, with
+// the other core idle).
+func GatesOn(r Runner, beta, g, b, a, aLog, dtBias []float32, T, nv int) {
+	r.run(T, max(1, 2048/max(nv, 1)), func(t0, t1 int) {
+		for t := t0; t < t1; t++ {
+			for h := 0; h < nv; h++ {
+				i := t*nv + h
+				beta[i] = Sigmoid(b[i])
+				g[i] = float32(-math.Exp(float64(aLog[h])) * softplus64(float64(a[i]+dtBias[h])))
+			}
 		}
-	}
+	})
 }
 
 // l2normScaled writes x * rsqrt(sum(x^2) + eps) * scale into dst.
