@@ -109,9 +109,10 @@ func causalConv(r Runner, out, x []float32, T, C int, w []float32, K int, state 
 	// A worker's share is at least ~64k multiply-adds: one decode token's conv
 	// (ConvDim × K) is cheaper than waking a worker.
 	r.run(blocks, max(1, 65536/max(T*K*convBlock, 1)), func(b0, b1 int) {
-		acc := make([]float64, convBlock)
-		tmp := make([]float32, convBlock)
-		wT := make([]float64, K*convBlock) // wT[j*convBlock+c] = w[(c0+c)*K+j]
+		cs := convScratches.Get().(*convScratch)
+		defer convScratches.Put(cs)
+		cs.wT = grow(cs.wT, K*convBlock)
+		acc, tmp, wT := cs.acc[:], cs.tmp[:], cs.wT // wT[j*convBlock+c] = w[(c0+c)*K+j]
 		for b := b0; b < b1; b++ {
 			c0, c1 := b*convBlock, min(C, (b+1)*convBlock)
 			n := c1 - c0
@@ -157,6 +158,16 @@ func causalConv(r Runner, out, x []float32, T, C int, w []float32, K int, state 
 	copy(state, state[T*C:S*C])
 	copy(state[(S-T)*C:S*C], x[:T*C])
 }
+
+// convScratch is a conv worker's accumulators, activation scratch and transposed
+// weights, pooled: a decode step's conv allocated them for every layer.
+type convScratch struct {
+	acc [convBlock]float64
+	tmp [convBlock]float32
+	wT  []float64
+}
+
+var convScratches = sync.Pool{New: func() any { return new(convScratch) }}
 
 // Gates computes beta = sigmoid(b) and g = -exp(aLog) * softplus(a + dtBias) for T tokens
 // of nv value heads: b, a, beta, g are [T, nv]; aLog and dtBias are [nv].
