@@ -11,11 +11,12 @@ import (
 // TestDeinterleaveMatchesCopies: Deinterleave replaces the two Copy calls
 // per head of the gated-attention q/gate split, so it must produce exactly
 // what those copies produce (and what the layout says) for every shape,
-// including a decode row and pieces that do not divide a worker's range.
+// including a decode row, pieces that do not divide a worker's range and rows
+// spread over both workers.
 func TestDeinterleaveMatchesCopies(t *testing.T) {
 	b := newBackend(t, 2)
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, tc := range []struct{ rows, n, chunk int }{{1, 16, 256}, {5, 9, 37}, {3, 1, 1}} {
+	for _, tc := range []struct{ rows, n, chunk int }{{1, 16, 256}, {5, 9, 37}, {3, 1, 1}, {37, 4, 64}} {
 		cols := tc.n * tc.chunk
 		v := make([]float32, tc.rows*2*cols)
 		for i := range v {

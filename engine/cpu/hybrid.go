@@ -169,7 +169,7 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 			deltanet.CausalConv1DActOn(run, mixed, x.data[r0*C:(r0+n)*C], n, C, conv, K, st.conv, silu)
 			// q, k and v are views into the conv output's rows (Inputs.Stride).
 			in := deltanet.Inputs{T: n, Q: mixed, K: mixed[kd:], V: mixed[2*kd:], G: buf.g, Beta: buf.beta, Stride: C}
-			deltanet.Gates(in.Beta, in.G, bb.data[r0*nv:(r0+n)*nv], aa.data[r0*nv:(r0+n)*nv], aLog, dtBias, n, nv)
+			deltanet.GatesOn(run, in.Beta, in.G, bb.data[r0*nv:(r0+n)*nv], aa.data[r0*nv:(r0+n)*nv], aLog, dtBias, n, nv)
 			out := o.data[r0*vd : (r0+n)*vd]
 			switch {
 			case prompt >= 0:

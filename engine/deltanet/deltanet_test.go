@@ -3,6 +3,7 @@ package deltanet
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"testing"
 )
@@ -243,6 +244,29 @@ func TestGatedRMSNorm(t *testing.T) {
 	}
 	if e := relL2(got, want); e > 1e-6 {
 		t.Errorf("gated rmsnorm rel-L2 %.3g, want < 1e-6", e)
+	}
+}
+
+// GatesOn spreads tokens over workers: every value as a one-token Gates call gives it.
+func TestGatesOnMatchesPerToken(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const T, nv = 300, 32
+	vec := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(3 * r.NormFloat64())
+		}
+		return v
+	}
+	b, a, aLog, dt := vec(T*nv), vec(T*nv), vec(nv), vec(nv)
+	beta, g := make([]float32, T*nv), make([]float32, T*nv)
+	GatesOn(nil, beta, g, b, a, aLog, dt, T, nv)
+	wb, wg := make([]float32, nv), make([]float32, nv)
+	for tok := 0; tok < T; tok++ {
+		Gates(wb, wg, b[tok*nv:(tok+1)*nv], a[tok*nv:(tok+1)*nv], aLog, dt, 1, nv)
+		if !slices.Equal(wb, beta[tok*nv:(tok+1)*nv]) || !slices.Equal(wg, g[tok*nv:(tok+1)*nv]) {
+			t.Fatalf("token %d: GatesOn differs from a one-token Gates call", tok)
+		}
 	}
 }
 

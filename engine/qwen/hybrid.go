@@ -380,9 +380,13 @@ func (m *Hybrid) ForwardStage(bt *engine.Batch, in engine.Tensor) (engine.Tensor
 	h, y := newT(T, H), newT(T, H)
 	var attn *attnScratch
 	var lin *linScratch
+	var mlp *mlpScratch
+	addNorm, _ := be.(addRMSNormer)
 	for li := range m.Layers {
 		l := &m.Layers[li]
-		be.RMSNorm(h, x, l.InputNorm, norm)
+		if li == 0 || addNorm == nil { // else the last layer's AddRMSNorm did it
+			be.RMSNorm(h, x, l.InputNorm, norm)
+		}
 		if l.Linear != nil {
 			if lin == nil {
 				lin = m.newLinScratch(newT, T, l.Linear.QKVZ != nil)
@@ -398,22 +402,25 @@ func (m *Hybrid) ForwardStage(bt *engine.Batch, in engine.Tensor) (engine.Tensor
 				return fail(err)
 			}
 		}
-		be.Add(x, x, y)
-
-		be.RMSNorm(h, x, l.PostAttnNorm, norm)
+		if addNorm != nil {
+			addNorm.AddRMSNorm(h, x, y, l.PostAttnNorm, norm)
+		} else {
+			be.Add(x, x, y)
+			be.RMSNorm(h, x, l.PostAttnNorm, norm)
+		}
 		if l.Sparse != nil {
 			m.moe.MoE(y, h, l.Sparse, m.MoE)
 		} else {
-			inter := l.MLP.Gate.Rows()
-			gate, up := be.NewTensor(T, inter), be.NewTensor(T, inter)
-			be.MatMul(gate, h, l.MLP.Gate, nil)
-			be.MatMul(up, h, l.MLP.Up, nil)
-			be.SwiGLU(gate, gate, up)
-			be.MatMul(y, gate, l.MLP.Down, nil)
-			be.Release(gate)
-			be.Release(up)
+			mlp = mlp.grow(newT, T, l.MLP.Gate.Rows())
+			m.matMulShared([]engine.Tensor{mlp.gate, mlp.up}, h, []engine.Weight{l.MLP.Gate, l.MLP.Up}, false)
+			be.SwiGLU(mlp.gate, mlp.gate, mlp.up)
+			be.MatMul(y, mlp.gate, l.MLP.Down, nil)
 		}
-		be.Add(x, x, y)
+		if addNorm != nil && li+1 < len(m.Layers) {
+			addNorm.AddRMSNorm(h, x, y, m.Layers[li+1].InputNorm, norm)
+		} else {
+			be.Add(x, x, y)
+		}
 	}
 	if !last {
 		return x, nil
@@ -427,6 +434,21 @@ func (m *Hybrid) ForwardStage(bt *engine.Batch, in engine.Tensor) (engine.Tensor
 	logits := be.NewTensor(len(bt.Outputs), m.Vocab)
 	be.MatMul(logits, sel, m.LMHead, nil)
 	return logits, nil
+}
+
+// mlpScratch holds a dense MLP's gate and up outputs, shared by the layers of a pass.
+type mlpScratch struct {
+	inter    int
+	gate, up engine.Tensor
+}
+
+// grow returns s, or new scratch when s is nil or made for another intermediate size
+// (the dense layers of a checkpoint share theirs: one allocation per pass).
+func (s *mlpScratch) grow(newT func(int, int) engine.Tensor, T, inter int) *mlpScratch {
+	if s != nil && s.inter == inter {
+		return s
+	}
+	return &mlpScratch{inter: inter, gate: newT(T, inter), up: newT(T, inter)}
 }
 
 type attnScratch struct {
@@ -474,13 +496,20 @@ func (m *Hybrid) attention(s *attnScratch, l *HybridAttention, li int, h, y engi
 		be.MatMul(s.v, h, l.V, nil)
 	}
 	headNorm := engine.NormParams{Dim: hd, Eps: m.Eps, Offset: m.NormOffset}
-	be.RMSNorm(s.q, s.q, l.QNorm, headNorm)
-	be.RMSNorm(s.k, s.k, l.KNorm, headNorm)
 	rope := m.Rope
-	rope.Heads = m.Heads
-	be.Rope(s.q, bt.Positions, rope)
-	rope.Heads = m.KVHeads
-	be.Rope(s.k, bt.Positions, rope)
+	if nr, ok := be.(rmsNormRoper); ok {
+		rope.Heads = m.Heads
+		nr.RMSNormRope(s.q, l.QNorm, headNorm, bt.Positions, rope)
+		rope.Heads = m.KVHeads
+		nr.RMSNormRope(s.k, l.KNorm, headNorm, bt.Positions, rope)
+	} else {
+		be.RMSNorm(s.q, s.q, l.QNorm, headNorm)
+		be.RMSNorm(s.k, s.k, l.KNorm, headNorm)
+		rope.Heads = m.Heads
+		be.Rope(s.q, bt.Positions, rope)
+		rope.Heads = m.KVHeads
+		be.Rope(s.k, bt.Positions, rope)
+	}
 	be.StoreKV(s.k, s.v, s.seqs)
 	be.Attention(s.a, s.q, s.seqs, engine.AttnParams{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))})
 	if m.GatedAttention {
