@@ -115,3 +115,39 @@ func BenchmarkAMX(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAMXShapes runs the Q8_0 AMX kernel at the prefill shapes of the
+// hybrid models (qwen3.5-9b: K = 4096 and 12288; qwen3.6-35b: K = 2048),
+// M = 512, one locked thread; cpuGMAC/s counts this thread's CPU time only.
+// At K ≥ 4096 an activation tile outgrows L1 and all 512 rows outgrow L2,
+// which the [3072, 1024] shape of BenchmarkAMX does not show.
+func BenchmarkAMXShapes(b *testing.B) {
+	if !useAMX {
+		b.Skip("no AMX on this machine")
+	}
+	r := rand.New(rand.NewPCG(95, 96))
+	const M = 512
+	for _, sh := range []struct{ N, K int }{{12288, 4096}, {4096, 12288}, {4096, 2048}} {
+		m, err := Prepare(randHost(r, tensor.Q8_0, sh.N, sh.K))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var in Input
+		in.Reset(randF32(r, M*sh.K), M, sh.K)
+		in.QuantizeRows(0, M)
+		dst := make([]float32, M*sh.N)
+		for _, cb := range []int{128 << 10, 512 << 10, 1 << 20} {
+			b.Run(fmt.Sprintf("%dx%d/chunk%dK", sh.N, sh.K, cb>>10), func(b *testing.B) {
+				defer func(v int) { amxChunkBytes = v }(amxChunkBytes)
+				amxChunkBytes = cb
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				c0 := threadCPU()
+				for b.Loop() {
+					m.MatMul(dst, sh.N, &in, 0, sh.N)
+				}
+				b.ReportMetric(float64(M)*float64(sh.N*sh.K)*float64(b.N)/(threadCPU()-c0), "cpuGMAC/s")
+			})
+		}
+	}
+}
