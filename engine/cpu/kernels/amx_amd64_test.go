@@ -13,14 +13,14 @@ import (
 // TestAMXBitIdentical: the AMX kernels give the bits of the VNNI kernels
 // (8-, 4- and 1-row) for every output: Q8_0, Q4_0 and Q4_K, batches with
 // 16-row tiles, padded last tiles and tails of other kernels, partial
-// last weight groups, the weight rows in
-// worker-sized ranges.
+// last weight groups, the weight rows in worker-sized ranges, the columns
+// in whole and partial slices (amxSliceBlocks).
 func TestAMXBitIdentical(t *testing.T) {
 	if !useAMX {
 		t.Skip("no AMX on this machine")
 	}
 	r := rand.New(rand.NewPCG(91, 92))
-	shapes := []struct{ N, K int }{{40, 512}, {300, 1024}, {37, 3072}}
+	shapes := []struct{ N, K int }{{40, 512}, {300, 1024}, {37, 3072}, {50, 2304}}
 	for _, f := range []tensor.Format{tensor.Q8_0, tensor.Q4_0, tensor.Q4_K} {
 		for _, sh := range shapes {
 			var m *Matrix
@@ -119,8 +119,9 @@ func BenchmarkAMX(b *testing.B) {
 // BenchmarkAMXShapes runs the Q8_0 AMX kernel at the prefill shapes of the
 // hybrid models (qwen3.5-9b: K = 4096 and 12288; qwen3.6-35b: K = 2048),
 // M = 512, one locked thread; cpuGMAC/s counts this thread's CPU time only.
-// At K ≥ 4096 an activation tile outgrows L1 and all 512 rows outgrow L2,
-// which the [3072, 1024] shape of BenchmarkAMX does not show.
+// At K ≥ 2048 an activation tile outgrows L1 and all 512 rows outgrow L2,
+// which the [3072, 1024] shape of BenchmarkAMX does not show; slice
+// K/32 runs the columns in one pass (no slices).
 func BenchmarkAMXShapes(b *testing.B) {
 	if !useAMX {
 		b.Skip("no AMX on this machine")
@@ -136,10 +137,10 @@ func BenchmarkAMXShapes(b *testing.B) {
 		in.Reset(randF32(r, M*sh.K), M, sh.K)
 		in.QuantizeRows(0, M)
 		dst := make([]float32, M*sh.N)
-		for _, cb := range []int{128 << 10, 512 << 10, 1 << 20} {
-			b.Run(fmt.Sprintf("%dx%d/chunk%dK", sh.N, sh.K, cb>>10), func(b *testing.B) {
-				defer func(v int) { amxChunkBytes = v }(amxChunkBytes)
-				amxChunkBytes = cb
+		for _, sl := range []int{amxSliceBlocks, sh.K / QK} {
+			b.Run(fmt.Sprintf("%dx%d/slice%d", sh.N, sh.K, sl), func(b *testing.B) {
+				defer func(v int) { amxSliceBlocks = v }(amxSliceBlocks)
+				amxSliceBlocks = sl
 				runtime.LockOSThread()
 				defer runtime.UnlockOSThread()
 				c0 := threadCPU()
