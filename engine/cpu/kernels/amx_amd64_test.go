@@ -120,8 +120,9 @@ func BenchmarkAMX(b *testing.B) {
 // hybrid models (qwen3.5-9b: K = 4096 and 12288; qwen3.6-35b: K = 2048),
 // M = 512, one locked thread; cpuGMAC/s counts this thread's CPU time only.
 // At K ≥ 2048 an activation tile outgrows L1 and all 512 rows outgrow L2,
-// which the [3072, 1024] shape of BenchmarkAMX does not show; slice
-// K/32 runs the columns in one pass (no slices).
+// which the [3072, 1024] shape of BenchmarkAMX does not show. Against
+// the defaults: one pass over the columns (slice K/32), and that with the
+// 4-bit formats' 128 KiB chunks (the kernel before either).
 func BenchmarkAMXShapes(b *testing.B) {
 	if !useAMX {
 		b.Skip("no AMX on this machine")
@@ -137,10 +138,10 @@ func BenchmarkAMXShapes(b *testing.B) {
 		in.Reset(randF32(r, M*sh.K), M, sh.K)
 		in.QuantizeRows(0, M)
 		dst := make([]float32, M*sh.N)
-		for _, sl := range []int{amxSliceBlocks, sh.K / QK} {
-			b.Run(fmt.Sprintf("%dx%d/slice%d", sh.N, sh.K, sl), func(b *testing.B) {
-				defer func(v int) { amxSliceBlocks = v }(amxSliceBlocks)
-				amxSliceBlocks = sl
+		for _, v := range []struct{ chunk, slice int }{{amxChunkBytes, amxSliceBlocks}, {amxChunkBytes, sh.K / QK}, {packChunkBytes, sh.K / QK}} {
+			b.Run(fmt.Sprintf("%dx%d/chunk%dK/slice%d", sh.N, sh.K, v.chunk>>10, v.slice), func(b *testing.B) {
+				defer func(c, s int) { amxChunkBytes, amxSliceBlocks = c, s }(amxChunkBytes, amxSliceBlocks)
+				amxChunkBytes, amxSliceBlocks = v.chunk, v.slice
 				runtime.LockOSThread()
 				defer runtime.UnlockOSThread()
 				c0 := threadCPU()

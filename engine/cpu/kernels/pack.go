@@ -150,6 +150,8 @@ func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 	chunk := packChunkBytes
 	if s != nil {
 		defer amxScratches.Put(s)
+	}
+	if s != nil && m.Format == tensor.Q8_0 {
 		chunk = amxChunkBytes
 	}
 	gc := max(1, chunk/m.groupStride())
@@ -174,11 +176,14 @@ func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 
 // packChunkBytes is the weight bytes of a chunk of groups that every
 // activation row passes over, amxChunkBytes the same when the AMX kernels
-// take the rows (variables for A/B benchmarks, BenchmarkAMXShapes): a
-// chunk stays in L2 (2 MiB a core) while each 16-row activation tile
-// passes over it, and the activations, which outgrow L2 at M = 512 and
-// K ≥ 2048, stream from L3 once per chunk, so bigger chunks stream them
-// less often (1 MiB: 12288×4096 +30%, 4096×2048 +15% over 128 KiB).
+// take the rows of Q8_0 weights (variables for A/B benchmarks,
+// BenchmarkAMXShapes): a chunk stays in L2 (2 MiB a core) while each
+// 16-row activation tile passes over it, and the activations, which
+// outgrow L2 at M = 512 and K ≥ 2048, stream from L3 once per chunk, so
+// bigger chunks stream them less often (1 MiB: 12288×4096 +30%, 4096×2048
+// +15% over 128 KiB). The 4-bit AMX kernels keep 128 KiB: they unpack a
+// whole chunk to twice its size in scratch (amxTiles), which must stay in
+// L2 beside it.
 var packChunkBytes, amxChunkBytes = 128 << 10, 1 << 20
 
 // use8Rows enables the 8-row kernels (a variable for A/B benchmarks).
