@@ -59,13 +59,17 @@ func amxTiles(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1, full in
 			amxUnpack(m, g, s.codes[(g-c0)*gb:(g-c0+1)*gb])
 		}
 	}
+	slice := m.nb
+	if m16 >= amxBlockRows {
+		slice = amxSliceBlocks
+	}
 	for i := 0; i < m16; i += 16 {
 		end := min(c1, full)
 		if i+16 > in.M { // a padded last tile: its real rows, group by group
 			end = c0
 		}
 		if end > c0 && m.Format == tensor.Q8_0 {
-			amxQ8(m, c0, end-c0, in, i, dst[i*ldd+c0*packRows:], ldd, s, amxSliceBlocks)
+			amxQ8(m, c0, end-c0, in, i, dst[i*ldd+c0*packRows:], ldd, s, slice)
 		} else if end > c0 {
 			amxKernel(m, c0, end-c0, in, i, dst[i*ldd+c0*packRows:], ldd, s, 0)
 		}

@@ -151,7 +151,7 @@ func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 	if s != nil {
 		defer amxScratches.Put(s)
 	}
-	if s != nil && m.Format == tensor.Q8_0 {
+	if s != nil && m.Format == tensor.Q8_0 && m16 >= amxBlockRows {
 		chunk = amxChunkBytes
 	}
 	gc := max(1, chunk/m.groupStride())
@@ -185,6 +185,13 @@ func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 // whole chunk to twice its size in scratch (amxTiles), which must stay in
 // L2 beside it.
 var packChunkBytes, amxChunkBytes = 128 << 10, 1 << 20
+
+// amxBlockRows: Q8_0 batches of at least this many AMX rows take
+// amxChunkBytes and the column slices (amxSliceBlocks); smaller ones (the
+// MoE experts' 16–40 rows, whose weights stream from memory for one or two
+// tiles) keep 128 KiB chunks in one pass, which measured as fast or faster
+// there (a variable for A/B benchmarks).
+var amxBlockRows = 64
 
 // use8Rows enables the 8-row kernels (a variable for A/B benchmarks).
 var use8Rows = true
