@@ -153,3 +153,40 @@ func BenchmarkAMXShapes(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAMXStream runs the Q8_0 AMX kernel over 128 matrices of a MoE
+// expert's shape ([512, 2048], 140 MB: from memory, as the experts are
+// read) with the row counts an expert gets in prefill, one locked thread;
+// cpuGMAC/s counts this thread's CPU time only.
+func BenchmarkAMXStream(b *testing.B) {
+	if !useAMX {
+		b.Skip("no AMX on this machine")
+	}
+	r := rand.New(rand.NewPCG(97, 98))
+	const N, K, E = 512, 2048, 128
+	ms := make([]*Matrix, E)
+	for e := range ms {
+		m, err := Prepare(randHost(r, tensor.Q8_0, N, K))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms[e] = m
+	}
+	for _, M := range []int{16, 24, 512} {
+		var in Input
+		in.Reset(randF32(r, M*K), M, K)
+		in.QuantizeRows(0, M)
+		dst := make([]float32, M*N)
+		b.Run(fmt.Sprintf("M%d", M), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			c0 := threadCPU()
+			for b.Loop() {
+				for _, m := range ms {
+					m.MatMul(dst, N, &in, 0, N)
+				}
+			}
+			b.ReportMetric(float64(M)*N*K*E*float64(b.N)/(threadCPU()-c0), "cpuGMAC/s")
+		})
+	}
+}
