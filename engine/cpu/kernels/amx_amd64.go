@@ -59,12 +59,18 @@ func amxTiles(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1, full in
 			amxUnpack(m, g, s.codes[(g-c0)*gb:(g-c0+1)*gb])
 		}
 	}
+	slice := m.nb
+	if m16 >= amxBlockRows {
+		slice = amxSliceBlocks
+	}
 	for i := 0; i < m16; i += 16 {
 		end := min(c1, full)
 		if i+16 > in.M { // a padded last tile: its real rows, group by group
 			end = c0
 		}
-		if end > c0 {
+		if end > c0 && m.Format == tensor.Q8_0 {
+			amxQ8(m, c0, end-c0, in, i, dst[i*ldd+c0*packRows:], ldd, s, slice)
+		} else if end > c0 {
 			amxKernel(m, c0, end-c0, in, i, dst[i*ldd+c0*packRows:], ldd, s, 0)
 		}
 		for g := end; g < c1; g++ { // through tmp
@@ -94,18 +100,16 @@ func amxUnpack(m *Matrix, g int, codes []byte) {
 // amxKernel: ngroups groups from g × the activation rows [i, i+16); 4-bit
 // weights read their unpacked codes from s.codes at co.
 func amxKernel(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ldd int, s *amxScratch, co int) {
+	if m.Format == tensor.Q8_0 {
+		amxQ8(m, g, ngroups, in, i, dst, ldd, s, m.nb)
+		return
+	}
 	K, nb := in.K, m.nb
 	_ = dst[15*ldd+ngroups*packRows-1]
 	_ = in.x16.q[(i+16)*K-1]
 	o := i / 16 * nb * amxEntry
 	_ = in.x16.xds[o+nb*amxEntry-1]
 	xq, xds, cfg, buf := &in.x16.q[i*K], &in.x16.xds[o], &amxConfig[0], &s.sums[0]
-	if m.Format == tensor.Q8_0 {
-		gs := m.groupStride()
-		w := m.data[g*gs : (g+ngroups)*gs]
-		gemmQ8x16AMX(&w[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg)
-		return
-	}
 	codes := s.codes[co : co+ngroups*nb*512]
 	if m.layout == layoutQ4K {
 		nsb := m.Cols / tensor.QKK
@@ -119,8 +123,33 @@ func amxKernel(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ldd i
 	gemmQ4x16AMX(&w[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg, &codes[0])
 }
 
+// amxSliceBlocks is the blocks of a column slice of the Q8_0 kernel (a
+// variable for A/B benchmarks): an activation tile's slice (16 rows × 32
+// blocks: 16 KiB of quants, 6 KiB of scales) stays in L1 while the
+// chunk's weight groups, in L2, pass under it; at K = 4096 the whole tile
+// (112 KiB) does not fit L1, and the same 16 rows at K-byte strides
+// share a few L1 sets. Between slices the float sums go through dst: the
+// kernel reloads them (float32, exact) and goes on with the next blocks
+// in the same order, so the result is bit-identical to one pass.
+var amxSliceBlocks = 32
+
+// amxQ8 runs the Q8_0 kernel for ngroups groups from g × the activation
+// rows [i, i+16), the columns in slices of slice blocks (even).
+func amxQ8(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ldd int, s *amxScratch, slice int) {
+	K, nb, gs := in.K, m.nb, m.groupStride()
+	_ = dst[15*ldd+ngroups*packRows-1]
+	_ = in.x16.q[(i+16)*K-1]
+	o := i / 16 * nb * amxEntry
+	_ = in.x16.xds[o+nb*amxEntry-1]
+	w := m.data[g*gs : (g+ngroups)*gs]
+	for b0 := 0; b0 < nb; b0 += slice {
+		gemmQ8x16AMX(&w[b0*packBlockQ8], min(slice, nb-b0), ngroups, &in.x16.q[i*K+b0*QK], K,
+			&in.x16.xds[o+b0*amxEntry], &dst[0], ldd*4, &s.sums[0], &amxConfig[0], gs, b0 > 0)
+	}
+}
+
 //go:noescape
-func gemmQ8x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte)
+func gemmQ8x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, gstride int, acc bool)
 
 //go:noescape
 func gemmQ4x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte)

@@ -13,14 +13,14 @@ import (
 // TestAMXBitIdentical: the AMX kernels give the bits of the VNNI kernels
 // (8-, 4- and 1-row) for every output: Q8_0, Q4_0 and Q4_K, batches with
 // 16-row tiles, padded last tiles and tails of other kernels, partial
-// last weight groups, the weight rows in
-// worker-sized ranges.
+// last weight groups, the weight rows in worker-sized ranges, the columns
+// in whole and partial slices (amxSliceBlocks).
 func TestAMXBitIdentical(t *testing.T) {
 	if !useAMX {
 		t.Skip("no AMX on this machine")
 	}
 	r := rand.New(rand.NewPCG(91, 92))
-	shapes := []struct{ N, K int }{{40, 512}, {300, 1024}, {37, 3072}}
+	shapes := []struct{ N, K int }{{40, 512}, {300, 1024}, {37, 3072}, {50, 2304}}
 	for _, f := range []tensor.Format{tensor.Q8_0, tensor.Q4_0, tensor.Q4_K} {
 		for _, sh := range shapes {
 			var m *Matrix
@@ -113,5 +113,80 @@ func BenchmarkAMX(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkAMXShapes runs the Q8_0 AMX kernel at the prefill shapes of the
+// hybrid models (qwen3.5-9b: K = 4096 and 12288; qwen3.6-35b: K = 2048),
+// M = 512, one locked thread; cpuGMAC/s counts this thread's CPU time only.
+// At K ≥ 2048 an activation tile outgrows L1 and all 512 rows outgrow L2,
+// which the [3072, 1024] shape of BenchmarkAMX does not show. Against
+// the defaults: one pass over the columns (slice K/32), and that with the
+// 4-bit formats' 128 KiB chunks (the kernel before either).
+func BenchmarkAMXShapes(b *testing.B) {
+	if !useAMX {
+		b.Skip("no AMX on this machine")
+	}
+	r := rand.New(rand.NewPCG(95, 96))
+	const M = 512
+	for _, sh := range []struct{ N, K int }{{12288, 4096}, {4096, 12288}, {4096, 2048}} {
+		m, err := Prepare(randHost(r, tensor.Q8_0, sh.N, sh.K))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var in Input
+		in.Reset(randF32(r, M*sh.K), M, sh.K)
+		in.QuantizeRows(0, M)
+		dst := make([]float32, M*sh.N)
+		for _, v := range []struct{ chunk, slice int }{{amxChunkBytes, amxSliceBlocks}, {amxChunkBytes, sh.K / QK}, {packChunkBytes, sh.K / QK}} {
+			b.Run(fmt.Sprintf("%dx%d/chunk%dK/slice%d", sh.N, sh.K, v.chunk>>10, v.slice), func(b *testing.B) {
+				defer func(c, s int) { amxChunkBytes, amxSliceBlocks = c, s }(amxChunkBytes, amxSliceBlocks)
+				amxChunkBytes, amxSliceBlocks = v.chunk, v.slice
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				c0 := threadCPU()
+				for b.Loop() {
+					m.MatMul(dst, sh.N, &in, 0, sh.N)
+				}
+				b.ReportMetric(float64(M)*float64(sh.N*sh.K)*float64(b.N)/(threadCPU()-c0), "cpuGMAC/s")
+			})
+		}
+	}
+}
+
+// BenchmarkAMXStream runs the Q8_0 AMX kernel over 128 matrices of a MoE
+// expert's shape ([512, 2048], 140 MB: from memory, as the experts are
+// read) with the row counts an expert gets in prefill, one locked thread;
+// cpuGMAC/s counts this thread's CPU time only.
+func BenchmarkAMXStream(b *testing.B) {
+	if !useAMX {
+		b.Skip("no AMX on this machine")
+	}
+	r := rand.New(rand.NewPCG(97, 98))
+	const N, K, E = 512, 2048, 128
+	ms := make([]*Matrix, E)
+	for e := range ms {
+		m, err := Prepare(randHost(r, tensor.Q8_0, N, K))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms[e] = m
+	}
+	for _, M := range []int{16, 24, 512} {
+		var in Input
+		in.Reset(randF32(r, M*K), M, K)
+		in.QuantizeRows(0, M)
+		dst := make([]float32, M*N)
+		b.Run(fmt.Sprintf("M%d", M), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			c0 := threadCPU()
+			for b.Loop() {
+				for _, m := range ms {
+					m.MatMul(dst, N, &in, 0, N)
+				}
+			}
+			b.ReportMetric(float64(M)*N*K*E*float64(b.N)/(threadCPU()-c0), "cpuGMAC/s")
+		})
 	}
 }

@@ -141,17 +141,20 @@ func (m *Matrix) groupStride() int {
 func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 	g0, g1 := n0/packRows, (n1+packRows-1)/packRows
 	full := n1 / packRows // groups whose 16 rows are all wanted
-	// Chunk of groups: ~128 KiB of weights.
-	gc := max(1, (128<<10)/m.groupStride())
 	var tmp [packRows * 16]float32
 	m8 := 0
 	if use8Rows && m.Format != tensor.MLXAffine {
 		m8 = in.x8.rows
 	}
 	m16, s := amxRows(m, in)
+	chunk := packChunkBytes
 	if s != nil {
 		defer amxScratches.Put(s)
 	}
+	if s != nil && m.Format == tensor.Q8_0 && m16 >= amxBlockRows {
+		chunk = amxChunkBytes
+	}
+	gc := max(1, chunk/m.groupStride())
 	for c0 := g0; c0 < g1; c0 += gc {
 		c1 := min(g1, c0+gc)
 		i := 0
@@ -170,6 +173,25 @@ func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 		}
 	}
 }
+
+// packChunkBytes is the weight bytes of a chunk of groups that every
+// activation row passes over, amxChunkBytes the same when the AMX kernels
+// take the rows of Q8_0 weights (variables for A/B benchmarks,
+// BenchmarkAMXShapes): a chunk stays in L2 (2 MiB a core) while each
+// 16-row activation tile passes over it, and the activations, which
+// outgrow L2 at M = 512 and K ≥ 2048, stream from L3 once per chunk, so
+// bigger chunks stream them less often (1 MiB: 12288×4096 +30%, 4096×2048
+// +15% over 128 KiB). The 4-bit AMX kernels keep 128 KiB: they unpack a
+// whole chunk to twice its size in scratch (amxTiles), which must stay in
+// L2 beside it.
+var packChunkBytes, amxChunkBytes = 128 << 10, 1 << 20
+
+// amxBlockRows: Q8_0 batches of at least this many AMX rows take
+// amxChunkBytes and the column slices (amxSliceBlocks); smaller ones (the
+// MoE experts' 16–40 rows, whose weights stream from memory for one or two
+// tiles) keep 128 KiB chunks in one pass, which measured as fast or faster
+// there (a variable for A/B benchmarks).
+var amxBlockRows = 64
 
 // use8Rows enables the 8-row kernels (a variable for A/B benchmarks).
 var use8Rows = true
