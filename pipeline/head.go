@@ -110,14 +110,25 @@ func (h *Head) isLost() bool {
 }
 
 // up waits for the pipeline's ring to be connected (a broken one is
-// re-connected within HealTimeout); ErrStageLost if it is lost.
-func (h *Head) up(ctx context.Context) (*ring, error) {
+// re-connected within HealTimeout); ErrStageLost if it is lost, or at once
+// when a sequence of pass was on a ring that broke (the job is handed back
+// now, not after the wait, and resumed from its tokens).
+func (h *Head) up(ctx context.Context, pass []runner.PassSeq) (*ring, error) {
 	for {
 		h.m.mu.Lock()
-		r, changed, lost := h.m.ring, h.m.changed, h.m.lostErr != nil
+		r, changed, lost, gen := h.m.ring, h.m.changed, h.m.lostErr != nil, h.m.gen
 		h.m.mu.Unlock()
 		if lost {
 			return nil, h.m.lostError(nil)
+		}
+		if r != nil && r.isBroken() {
+			gen = r.gen + 1 // its sequences are gone, down or not yet
+		}
+		h.mu.Lock()
+		err := h.stale(gen, pass, false)
+		h.mu.Unlock()
+		if err != nil {
+			return nil, err
 		}
 		if r != nil && !r.isBroken() {
 			return r, nil
@@ -209,15 +220,7 @@ func (h *Head) receive(r *ring) error {
 // rest down the pipeline. The passes of several lanes may run merged, as
 // one (schedule.go).
 func (h *Head) Forward(ctx context.Context, pass []runner.PassSeq) ([][]float32, []int, error) {
-	// A sequence of a broken ring fails at once, not after the wait.
-	gen := h.m.generation()
-	h.mu.Lock()
-	err := h.stale(gen, pass, false)
-	h.mu.Unlock()
-	if err != nil {
-		return nil, nil, err
-	}
-	r, err := h.up(ctx)
+	r, err := h.up(ctx, pass)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -372,7 +375,7 @@ func ptr[T any](v T) *T { return &v }
 // have of the prefix; the answer is what the last of them holds, which no
 // stage before it exceeds.
 func (h *Head) Attach(ctx context.Context, id uint64, tokens []int) (int, error) {
-	r, err := h.up(ctx)
+	r, err := h.up(ctx, nil)
 	if err != nil {
 		return 0, err
 	}
