@@ -48,9 +48,15 @@ type amxScratch struct {
 // floats). 4-bit weights are
 // unpacked once per call for all the row tiles: the chunk (~128 KiB
 // packed, 2× unpacked) stays in L2 while each row tile, in L1, passes over
-// it, as the Q8_0 blocks do.
+// it, as the Q8_0 blocks do. Q4_0 batches of amxBlockRows and more take
+// the whole tiles' full groups in column slices (amxQ4Slices), the rest
+// (partial group, padded tile) as above.
 func amxTiles(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1, full int, tmp []float32, s *amxScratch) {
-	if m.Format != tensor.Q8_0 {
+	sliced := m.Format == tensor.Q4_0 && m16 >= amxBlockRows
+	if sliced {
+		amxQ4Slices(m, dst, ldd, in, in.M&^15, c0, min(c1, full), s)
+	}
+	if m.Format != tensor.Q8_0 && (!sliced || c1 > full || m16 > in.M) {
 		gb := m.nb * 512 // unpacked bytes per group
 		if n := (c1 - c0) * gb; cap(s.codes) < n {
 			s.codes = make([]byte, n)
@@ -68,9 +74,11 @@ func amxTiles(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1, full in
 		if i+16 > in.M { // a padded last tile: its real rows, group by group
 			end = c0
 		}
-		if end > c0 && m.Format == tensor.Q8_0 {
+		switch {
+		case end == c0 || sliced: // none, or done by amxQ4Slices
+		case m.Format == tensor.Q8_0:
 			amxQ8(m, c0, end-c0, in, i, dst[i*ldd+c0*packRows:], ldd, s, slice)
-		} else if end > c0 {
+		default:
 			amxKernel(m, c0, end-c0, in, i, dst[i*ldd+c0*packRows:], ldd, s, 0)
 		}
 		for g := end; g < c1; g++ { // through tmp
@@ -120,18 +128,40 @@ func amxKernel(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ldd i
 	}
 	gs := m.groupStride()
 	w := m.data[g*gs : (g+ngroups)*gs]
-	gemmQ4x16AMX(&w[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg, &codes[0])
+	gemmQ4x16AMX(&w[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg, &codes[0], gs, false)
 }
 
-// amxSliceBlocks is the blocks of a column slice of the Q8_0 kernel (a
-// variable for A/B benchmarks): an activation tile's slice (16 rows × 32
-// blocks: 16 KiB of quants, 6 KiB of scales) stays in L1 while the
-// chunk's weight groups, in L2, pass under it; at K = 4096 the whole tile
-// (112 KiB) does not fit L1, and the same 16 rows at K-byte strides
-// share a few L1 sets. Between slices the float sums go through dst: the
-// kernel reloads them (float32, exact) and goes on with the next blocks
-// in the same order, so the result is bit-identical to one pass.
-var amxSliceBlocks = 32
+// amxQ4Slices runs the Q4_0 kernel for the activation rows [0, m16) (whole
+// tiles) over the full weight groups [c0, c1), the columns in slices of
+// amxSliceBlocks blocks, as amxQ8 does, but slice-major: each slice of the
+// groups is unpacked once (2× its packed size), so the scratch that must
+// stay in L2 is that of one slice, not of the whole chunk, and the 4-bit
+// weights take Q8_0's big chunks. Between slices the float sums go through
+// dst (exact), so the result is bit-identical to one pass.
+func amxQ4Slices(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1 int, s *amxScratch) {
+	K, nb, gs := in.K, m.nb, m.groupStride()
+	if m16 == 0 || c1 <= c0 {
+		return
+	}
+	_ = dst[(m16-1)*ldd+c1*packRows-1]
+	_ = in.x16.q[m16*K-1]
+	_ = in.x16.xds[m16/16*nb*amxEntry-1]
+	w := m.data[c0*gs : c1*gs]
+	for b0 := 0; b0 < nb; b0 += amxSliceBlocks {
+		n := min(amxSliceBlocks, nb-b0)
+		if need := (c1 - c0) * n * 512; cap(s.codes) < need {
+			s.codes = make([]byte, need)
+		}
+		for g := range c1 - c0 {
+			unpackQ4AMX(&w[g*gs+b0*packBlockQ4+packScales], packBlockQ4, n, &s.codes[g*n*512])
+		}
+		for i := 0; i < m16; i += 16 {
+			gemmQ4x16AMX(&w[b0*packBlockQ4], n, c1-c0, &in.x16.q[i*K+b0*QK], K,
+				&in.x16.xds[(i/16*nb+b0)*amxEntry], &dst[i*ldd+c0*packRows], ldd*4,
+				&s.sums[0], &amxConfig[0], &s.codes[0], gs, b0 > 0)
+		}
+	}
+}
 
 // amxQ8 runs the Q8_0 kernel for ngroups groups from g × the activation
 // rows [i, i+16), the columns in slices of slice blocks (even).
@@ -152,7 +182,7 @@ func amxQ8(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ldd int, 
 func gemmQ8x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, gstride int, acc bool)
 
 //go:noescape
-func gemmQ4x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte)
+func gemmQ4x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte, gstride int, acc bool)
 
 //go:noescape
 func gemmQ4Kx16AMX(w, hd *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte)

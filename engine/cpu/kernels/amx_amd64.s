@@ -33,7 +33,7 @@
 // block) and s·2048+1024 (odd).
 //
 // Registers: SI weight codes of the pair being finished (Q8_0: BX the
-// group's first block, R15 scratch), AX groups left,
+// group's first block, R15 scratch; Q4_0: R15 the group's first block), AX groups left,
 // CX pairs left, DI dst of activation row 0 for the current group, DX dst
 // row stride (bytes), R8 activation quants of the pair, R9 kstride, R11
 // the interleaved scales and corrections of the 16 activation rows
@@ -56,6 +56,42 @@
 	PREFETCHT1 4864(SI); PREFETCHT1 4928(SI); \
 	PREFETCHT1 4992(SI); PREFETCHT1 5056(SI); \
 	PREFETCHT1 5120(SI)
+
+// LOADSUMS loads the float sums Z16-Z31 of the 16 activation rows from
+// dst (DI, row stride DX): those of the column slices before (acc).
+#define LOADSUMS \
+	MOVQ DI, R14; \
+	VMOVUPS (R14), Z16; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z17; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z18; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z19; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z20; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z21; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z22; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z23; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z24; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z25; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z26; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z27; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z28; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z29; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z30; \
+	ADDQ DX, R14; \
+	VMOVUPS (R14), Z31
 
 // func gemmQ8x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, gstride int, acc bool)
 // nb blocks of each of ngroups groups gstride bytes apart (a slice of
@@ -81,38 +117,7 @@ gemmq8x16amxgroup:
 	MOVBLZX acc+88(FP), R15
 	TESTQ R15, R15
 	JZ gemmq8x16amxzero
-	MOVQ DI, R14
-	VMOVUPS (R14), Z16
-	ADDQ DX, R14
-	VMOVUPS (R14), Z17
-	ADDQ DX, R14
-	VMOVUPS (R14), Z18
-	ADDQ DX, R14
-	VMOVUPS (R14), Z19
-	ADDQ DX, R14
-	VMOVUPS (R14), Z20
-	ADDQ DX, R14
-	VMOVUPS (R14), Z21
-	ADDQ DX, R14
-	VMOVUPS (R14), Z22
-	ADDQ DX, R14
-	VMOVUPS (R14), Z23
-	ADDQ DX, R14
-	VMOVUPS (R14), Z24
-	ADDQ DX, R14
-	VMOVUPS (R14), Z25
-	ADDQ DX, R14
-	VMOVUPS (R14), Z26
-	ADDQ DX, R14
-	VMOVUPS (R14), Z27
-	ADDQ DX, R14
-	VMOVUPS (R14), Z28
-	ADDQ DX, R14
-	VMOVUPS (R14), Z29
-	ADDQ DX, R14
-	VMOVUPS (R14), Z30
-	ADDQ DX, R14
-	VMOVUPS (R14), Z31
+	LOADSUMS
 	JMP gemmq8x16amxsums
 
 gemmq8x16amxzero:
@@ -537,9 +542,12 @@ unpackq4loop:
 	VZEROUPPER
 	RET
 
-// func gemmQ4x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte)
-TEXT ·gemmQ4x16AMX(SB), NOSPLIT, $0-88
-	MOVQ w+0(FP), SI
+// func gemmQ4x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte, gstride int, acc bool)
+// nb blocks of each of ngroups groups gstride bytes apart, their codes nb·512
+// bytes apart (a slice of the columns, see amxQ4Slices); with acc the float
+// sums start from dst (those of the slices before) instead of 0.
+TEXT ·gemmQ4x16AMX(SB), NOSPLIT, $0-97
+	MOVQ w+0(FP), R15
 	MOVQ ngroups+16(FP), AX
 	MOVQ dst+48(FP), DI
 	MOVQ lddBytes+56(FP), DX
@@ -553,6 +561,14 @@ TEXT ·gemmQ4x16AMX(SB), NOSPLIT, $0-88
 	MOVQ codes+80(FP), BX
 
 gemmq4x16amxgroup:
+	MOVQ R15, SI
+	MOVBLZX acc+96(FP), CX
+	TESTQ CX, CX
+	JZ gemmq4x16amxzero
+	LOADSUMS
+	JMP gemmq4x16amxsums
+
+gemmq4x16amxzero:
 	VXORPS Z16, Z16, Z16
 	VXORPS Z17, Z17, Z17
 	VXORPS Z18, Z18, Z18
@@ -569,6 +585,8 @@ gemmq4x16amxgroup:
 	VXORPS Z29, Z29, Z29
 	VXORPS Z30, Z30, Z30
 	VXORPS Z31, Z31, Z31
+
+gemmq4x16amxsums:
 	MOVQ nb+8(FP), CX
 	SHRQ $1, CX
 	MOVQ xq+24(FP), R8
@@ -921,6 +939,7 @@ gemmq4x16amxdone:
 	ADDQ DX, R14
 	VMOVUPS Z31, (R14)
 	ADDQ $64, DI
+	ADDQ gstride+88(FP), R15
 	DECQ AX
 	JNZ gemmq4x16amxgroup
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // tilerelease

@@ -14,7 +14,8 @@ import (
 // (8-, 4- and 1-row) for every output: Q8_0, Q4_0 and Q4_K, batches with
 // 16-row tiles, padded last tiles and tails of other kernels, partial
 // last weight groups, the weight rows in worker-sized ranges, the columns
-// in whole and partial slices (amxSliceBlocks).
+// in whole and partial slices (amxSliceBlocks; Q4_0 with a padded last
+// tile and partial groups beside them).
 func TestAMXBitIdentical(t *testing.T) {
 	if !useAMX {
 		t.Skip("no AMX on this machine")
@@ -34,7 +35,7 @@ func TestAMXBitIdentical(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, M := range []int{8, 15, 16, 17, 24, 33, 41, 48, 64} {
+			for _, M := range []int{8, 15, 16, 17, 24, 33, 41, 48, 64, 77, 96} {
 				t.Run(fmt.Sprintf("%v/%dx%d/M%d", f, sh.N, sh.K, M), func(t *testing.T) {
 					x := randF32(r, M*sh.K)
 					run := func(amx bool) []float32 {
@@ -118,19 +119,28 @@ func BenchmarkAMX(b *testing.B) {
 
 // BenchmarkAMXShapes runs the Q8_0 AMX kernel at the prefill shapes of the
 // hybrid models (qwen3.5-9b: K = 4096 and 12288; qwen3.6-35b: K = 2048),
-// M = 512, one locked thread; cpuGMAC/s counts this thread's CPU time only.
+// and the Q4_0 one at those of qwen3-30b-a3b's attention ([4096, 2048],
+// [2048, 4096]) and qwen3-0.6b ([3072, 1024], [1024, 3072]), M = 512, one
+// locked thread; cpuGMAC/s counts this thread's CPU time only.
 // At K ≥ 2048 an activation tile outgrows L1 and all 512 rows outgrow L2,
 // which the [3072, 1024] shape of BenchmarkAMX does not show. Against
-// the defaults: one pass over the columns (slice K/32), and that with the
-// 4-bit formats' 128 KiB chunks (the kernel before either).
+// the defaults: one pass over the columns (slice K/32), and that with
+// 128 KiB chunks (the kernel before either; Q4_0 chunks are capped by
+// amxQ4SliceCodes, see amxChunk).
 func BenchmarkAMXShapes(b *testing.B) {
 	if !useAMX {
 		b.Skip("no AMX on this machine")
 	}
 	r := rand.New(rand.NewPCG(95, 96))
 	const M = 512
-	for _, sh := range []struct{ N, K int }{{12288, 4096}, {4096, 12288}, {4096, 2048}} {
-		m, err := Prepare(randHost(r, tensor.Q8_0, sh.N, sh.K))
+	for _, sh := range []struct {
+		f    tensor.Format
+		N, K int
+	}{
+		{tensor.Q8_0, 12288, 4096}, {tensor.Q8_0, 4096, 12288}, {tensor.Q8_0, 4096, 2048},
+		{tensor.Q4_0, 4096, 2048}, {tensor.Q4_0, 2048, 4096}, {tensor.Q4_0, 3072, 1024}, {tensor.Q4_0, 1024, 3072},
+	} {
+		m, err := Prepare(randHost(r, sh.f, sh.N, sh.K))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -139,7 +149,7 @@ func BenchmarkAMXShapes(b *testing.B) {
 		in.QuantizeRows(0, M)
 		dst := make([]float32, M*sh.N)
 		for _, v := range []struct{ chunk, slice int }{{amxChunkBytes, amxSliceBlocks}, {amxChunkBytes, sh.K / QK}, {packChunkBytes, sh.K / QK}} {
-			b.Run(fmt.Sprintf("%dx%d/chunk%dK/slice%d", sh.N, sh.K, v.chunk>>10, v.slice), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%v/%dx%d/chunk%dK/slice%d", sh.f, sh.N, sh.K, v.chunk>>10, v.slice), func(b *testing.B) {
 				defer func(c, s int) { amxChunkBytes, amxSliceBlocks = c, s }(amxChunkBytes, amxSliceBlocks)
 				amxChunkBytes, amxSliceBlocks = v.chunk, v.slice
 				runtime.LockOSThread()

@@ -151,8 +151,8 @@ func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 	if s != nil {
 		defer amxScratches.Put(s)
 	}
-	if s != nil && m.Format == tensor.Q8_0 && m16 >= amxBlockRows {
-		chunk = amxChunkBytes
+	if s != nil && m16 >= amxBlockRows {
+		chunk = amxChunk(m)
 	}
 	gc := max(1, chunk/m.groupStride())
 	for c0 := g0; c0 < g1; c0 += gc {
@@ -181,10 +181,38 @@ func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 // 16-row activation tile passes over it, and the activations, which
 // outgrow L2 at M = 512 and K ≥ 2048, stream from L3 once per chunk, so
 // bigger chunks stream them less often (1 MiB: 12288×4096 +30%, 4096×2048
-// +15% over 128 KiB). The 4-bit AMX kernels keep 128 KiB: they unpack a
-// whole chunk to twice its size in scratch (amxTiles), which must stay in
-// L2 beside it.
+// +15% over 128 KiB).
 var packChunkBytes, amxChunkBytes = 128 << 10, 1 << 20
+
+// amxSliceBlocks is the blocks of a column slice of the Q8_0 kernel (a
+// variable for A/B benchmarks): an activation tile's slice (16 rows × 32
+// blocks: 16 KiB of quants, 6 KiB of scales) stays in L1 while the
+// chunk's weight groups, in L2, pass under it; at K = 4096 the whole tile
+// (112 KiB) does not fit L1, and the same 16 rows at K-byte strides
+// share a few L1 sets. Between slices the float sums go through dst: the
+// kernel reloads them (float32, exact) and goes on with the next blocks
+// in the same order, so the result is bit-identical to one pass.
+var amxSliceBlocks = 32
+
+// amxQ4SliceCodes is the unpacked codes of one column slice of a Q4_0
+// chunk (amxQ4Slices; a variable for A/B benchmarks): twice the packed
+// slice, in L2 while the row tiles pass over it. 512 KiB measured best or
+// as good at K = 1024-4096 (BenchmarkAMXShapes).
+var amxQ4SliceCodes = 512 << 10
+
+// amxChunk is the weight bytes of a chunk for the AMX kernels at batches
+// of amxBlockRows and more: amxChunkBytes for Q8_0, for Q4_0 as much as
+// keeps a slice's codes to amxQ4SliceCodes (256 KiB at K = 1024, 1 MiB at
+// K = 4096), and packChunkBytes for Q4_K (unpacked per chunk, no slices).
+func amxChunk(m *Matrix) int {
+	switch m.Format {
+	case tensor.Q8_0:
+		return amxChunkBytes
+	case tensor.Q4_0:
+		return min(amxChunkBytes, amxQ4SliceCodes/2*m.nb/min(m.nb, amxSliceBlocks))
+	}
+	return packChunkBytes
+}
 
 // amxBlockRows: Q8_0 batches of at least this many AMX rows take
 // amxChunkBytes and the column slices (amxSliceBlocks); smaller ones (the
