@@ -85,3 +85,52 @@ func BenchmarkMatMulDecode(b *testing.B) {
 		})
 	}
 }
+
+// TestMatMulDecodeChunks: a decode product of a matrix big enough for
+// matmulInputs' byte-sized chunks (the output head's path) covers every
+// row once and equals the one-thread product bit for bit.
+func TestMatMulDecodeChunks(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	N, K := 9000, 4096 // 39 MB of Q8_0 > decodeChunk·4·2
+	h, _ := host(t, r, tensor.Q8_0, N, K)
+	var want []float32
+	for _, threads := range []int{1, 2} {
+		b, err := New(Config{Threads: threads})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := b.Upload(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if size := w.(*Weight).k.Bytes(); size <= decodeChunk*4*2 {
+			t.Fatalf("matrix of %d bytes does not take the chunked path", size)
+		}
+		for _, M := range []int{1, 8} {
+			x := randn(rand.New(rand.NewPCG(uint64(M), 1)), M*K)
+			dst := b.NewTensor(M, N)
+			for i := range dst.(*Tensor).data {
+				dst.(*Tensor).data[i] = float32(math.NaN()) // a row left out shows
+			}
+			b.MatMul(dst, tensorOf(b, M, K, x), w, nil)
+			got := dst.(*Tensor).data
+			for i, v := range got {
+				if math.IsNaN(float64(v)) {
+					t.Fatalf("threads %d M %d: output %d not written", threads, M, i)
+				}
+			}
+			if threads == 1 {
+				want = append(want, got...)
+				continue
+			}
+			ref := want[:M*N]
+			want = want[M*N:]
+			for i, v := range got {
+				if math.Float32bits(v) != math.Float32bits(ref[i]) {
+					t.Fatalf("M %d output %d: 2 threads %v, 1 thread %v", M, i, v, ref[i])
+				}
+			}
+		}
+		b.Close()
+	}
+}

@@ -132,14 +132,15 @@ func (b *Backend) matmulInputs(in *kernels.Input, dsts []*Tensor, ws []*Weight) 
 		N, align, u0 int // rows, row alignment, first unit
 	}
 	parts := make([]part, len(ws))
-	units, grain := 0, 1
+	units, grain, size := 0, 1, 0
 	for i, w := range ws {
 		a := w.k.RowAlign()
 		parts[i] = part{w.k, dsts[i].data, w.rows, a, units}
 		units += (w.rows + a - 1) / a
 		grain = max(grain, 64/a)
+		size += w.k.Bytes()
 	}
-	b.parallel(units, grain, func(lo, hi, _ int) {
+	run := func(lo, hi, _ int) {
 		for _, p := range parts {
 			end := p.u0 + (p.N+p.align-1)/p.align
 			l, h := max(lo, p.u0), min(hi, end)
@@ -147,5 +148,22 @@ func (b *Backend) matmulInputs(in *kernels.Input, dsts []*Tensor, ws []*Weight) 
 				p.k.MatMul(p.d, p.N, in, (l-p.u0)*p.align, min(p.N, (h-p.u0)*p.align))
 			}
 		}
-	})
+	}
+	if in.M > decodeRows || size <= decodeChunk*4*b.threads {
+		b.parallel(units, grain, run)
+		return
+	}
+	// Decode of a big matrix (the output head: 0.5-1 GB): ~4 chunks per
+	// thread would be 100+ MB each, so a thread slowed by another process
+	// leaves the other core idle for up to a chunk at the end. Chunks of
+	// decodeChunk bytes bound that tail; each costs one atomic add.
+	b.parallelGrain(units, max(grain, int(int64(units)*decodeChunk/int64(size))), run)
 }
+
+// decodeRows is the most activation rows for which matmulInputs sizes its
+// chunks by weight bytes (decodeChunk), and decodeChunk that size: a few
+// MiB is ~0.2 ms of streaming, against ~50 ns to claim a chunk.
+const (
+	decodeRows  = 8
+	decodeChunk = 4 << 20
+)

@@ -140,7 +140,13 @@ func (b *Backend) parallel(n, minGrain int, fn func(lo, hi, worker int)) {
 	if n <= 0 {
 		return
 	}
-	grain := max(minGrain, (n+4*b.threads-1)/(4*b.threads), 1)
+	b.parallelGrain(n, max(minGrain, (n+4*b.threads-1)/(4*b.threads), 1), fn)
+}
+
+// parallelGrain is parallel with chunks of exactly grain items (the last
+// one shorter), for callers that know a better chunk size than ~4 per
+// thread.
+func (b *Backend) parallelGrain(n, grain int, fn func(lo, hi, worker int)) {
 	chunks := (n + grain - 1) / grain
 	if b.threads == 1 || chunks == 1 || !b.busy.CompareAndSwap(false, true) {
 		fn(0, n, 0)
