@@ -73,6 +73,8 @@ const (
 	// followReadFor bounds the retries of a journal read that failed
 	// (no JetStream leader or replica reachable).
 	followReadFor = 15 * time.Second
+	// directGetTimeout bounds one journal read attempt.
+	directGetTimeout = 500 * time.Millisecond
 )
 
 // journalRecord is one entry of a stream's journal.
@@ -517,7 +519,10 @@ func (c *Coordinator) getLastJournal(ctx context.Context, subject string) (journ
 }
 
 func (c *Coordinator) directGet(ctx context.Context, subject string, req []byte) (journalMsg, error) {
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	// A replica answers in milliseconds; a request that went to the queue
+	// subscription of a server that just died is lost, so the callers'
+	// retries need several attempts inside their patience.
+	rctx, cancel := context.WithTimeout(ctx, directGetTimeout)
 	defer cancel()
 	m, err := c.nc.RequestWithContext(rctx, subject, req)
 	if err != nil {

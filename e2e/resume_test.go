@@ -244,7 +244,7 @@ func TestProcessesStreamResumeAfterKill(t *testing.T) {
 	reqs := []oai.ChatCompletionNewParams{{
 		Model:         realModel,
 		Messages:      []oai.ChatCompletionMessageParamUnion{oai.UserMessage("Tell me a long story about a lighthouse keeper.")},
-		MaxTokens:     oai.Int(200),
+		MaxTokens:     oai.Int(400),
 		Temperature:   oai.Float(0.9),
 		Seed:          oai.Int(4242),
 		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)},
@@ -308,26 +308,34 @@ func TestProcessesStreamResumeAfterKill(t *testing.T) {
 		}
 	}
 
-	// Both streams on coord-1; kill -9 it once each has 10 chunks (of
-	// 200 and 2×150 tokens: both are mid-stream then).
-	var mid sync.WaitGroup
-	mid.Add(len(reqs))
-	go func() {
-		mid.Wait()
-		coords[0].cmd.Process.Signal(syscall.SIGKILL)
-		<-coords[0].done
-	}()
+	// Both streams on coord-1, started one after the other: the second
+	// once the first has 10 chunks (a worker's first job may start late,
+	// and started together the short stream could end before the long one
+	// got going); kill -9 coord-1 once the second has 10 chunks too. The
+	// first stream (400 tokens) is then still far from its end.
 	firsts := make([]run, len(reqs))
 	ids := make([]*lastEventIDs, len(reqs))
 	var wg sync.WaitGroup
+	next := make(chan struct{}) // closed when the previous stream has 10 chunks
+	close(next)
 	for i, p := range reqs {
 		ids[i] = &lastEventIDs{}
+		<-next
+		mid := make(chan struct{})
+		next = mid
+		at := sync.OnceFunc(func() { close(mid) })
+		if i == len(reqs)-1 {
+			at = sync.OnceFunc(func() {
+				coords[0].cmd.Process.Signal(syscall.SIGKILL)
+				<-coords[0].done
+				close(mid)
+			})
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var once sync.Once
-			defer once.Do(mid.Done) // a stream that ended early does not hold the kill up
-			firsts[i] = read(base(0), p, ids[i], "", 10, func() { once.Do(mid.Done) })
+			defer at() // a stream that ended early does not hold the others up
+			firsts[i] = read(base(0), p, ids[i], "", 10, at)
 		}()
 	}
 	wg.Wait()
