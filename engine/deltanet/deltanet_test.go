@@ -309,8 +309,13 @@ func BenchmarkRecurrent(b *testing.B) {
 func TestIntoKeepsIncomingState(t *testing.T) {
 	d := Dims{NumKeyHeads: 2, NumValueHeads: 4, KeyDim: 8, ValueDim: 8}
 	r := rand.New(rand.NewPCG(9, 9))
-	for _, T := range []int{1, 70} {
+	for _, c := range []struct {
+		T   int
+		f32 bool
+	}{{1, false}, {70, false}, {1, true}, {70, true}} {
+		T := c.T
 		in := randomInputs(r, d, T)
+		in.F32 = c.f32
 		init := randn(r, d.StateSize(), 0.5)
 		inPlace := append([]float32(nil), init...)
 		from, to := append([]float32(nil), init...), make([]float32, d.StateSize())
@@ -323,26 +328,31 @@ func TestIntoKeepsIncomingState(t *testing.T) {
 			ChunkedInto(nil, d, in, from, to, o2)
 		}
 		if relL2(o2, o1) != 0 || relL2(to, inPlace) != 0 || relL2(from, init) != 0 {
-			t.Errorf("T=%d: Into differs from the in-place form or changed its input state", T)
+			t.Errorf("T=%d f32=%v: Into differs from the in-place form or changed its input state", T, c.f32)
 		}
 	}
 }
 
 // Q, K and V as views into shared rows (Inputs.Stride, the conv output's layout) give the
-// bits of separate dense slices, in every form.
+// bits of separate dense slices, in every form and both precisions.
 func TestStridedInputs(t *testing.T) {
 	d := Dims{NumKeyHeads: 2, NumValueHeads: 4, KeyDim: 16, ValueDim: 8}
 	r := rand.New(rand.NewPCG(21, 22))
 	kd, vd, C := d.NumKeyHeads*d.KeyDim, d.NumValueHeads*d.ValueDim, d.ConvDim()
-	for _, T := range []int{1, 70} {
+	for _, c := range []struct {
+		T   int
+		f32 bool
+	}{{1, false}, {70, false}, {1, true}, {70, true}} {
+		T, f32 := c.T, c.f32
 		in := randomInputs(r, d, T)
+		in.F32 = f32
 		rows := make([]float32, T*C)
 		for tk := 0; tk < T; tk++ {
 			copy(rows[tk*C:], in.Q[tk*kd:(tk+1)*kd])
 			copy(rows[tk*C+kd:], in.K[tk*kd:(tk+1)*kd])
 			copy(rows[tk*C+2*kd:], in.V[tk*vd:(tk+1)*vd])
 		}
-		st := Inputs{T: T, Q: rows, K: rows[kd:], V: rows[2*kd:], G: in.G, Beta: in.Beta, Stride: C}
+		st := Inputs{T: T, Q: rows, K: rows[kd:], V: rows[2*kd:], G: in.G, Beta: in.Beta, Stride: C, F32: f32}
 		init := randn(r, d.StateSize(), 0.5)
 		for name, run := range map[string]func(Inputs, []float32, []float32){
 			"recurrent": func(x Inputs, s, o []float32) { Recurrent(d, x, s, o) },
@@ -354,7 +364,7 @@ func TestStridedInputs(t *testing.T) {
 			run(in, s1, o1)
 			run(st, s2, o2)
 			if bad := sameBits(o1, o2) + sameBits(s1, s2); bad > 0 {
-				t.Errorf("T=%d %s: %d values differ with strided inputs", T, name, bad)
+				t.Errorf("T=%d f32=%v %s: %d values differ with strided inputs", T, f32, name, bad)
 			}
 		}
 	}
