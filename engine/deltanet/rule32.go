@@ -161,19 +161,9 @@ func chunkedHead32(d Dims, in Inputs, h int, hd *headData32, t1, first int, S, o
 				P[i*C+j] = QK[i*C+j] * E[i*C+j]
 			}
 			clear(P[i*C+i+1 : i*C+L])
-			ui, vi := U[i*dv:(i+1)*dv], in.V[(c0+i)*vs+h*dv:(c0+i)*vs+(h+1)*dv]
-			for x := range ui {
-				ui[x] = bi * vi[x]
-			}
-			nbe := -(bi * eG[i])
-			wi, ki := W[i*dk:(i+1)*dk], k[i*dk:(i+1)*dk]
-			for x := range wi {
-				wi[x] = nbe * ki[x]
-			}
-			tqi, qi := tq[i*dk:(i+1)*dk], q[i*dk:(i+1)*dk]
-			for x := range tqi {
-				tqi[x] = eG[i] * qi[x]
-			}
+			scale32(U[i*dv:(i+1)*dv], in.V[(c0+i)*vs+h*dv:(c0+i)*vs+(h+1)*dv], bi)
+			scale32(W[i*dk:(i+1)*dk], k[i*dk:(i+1)*dk], -(bi * eG[i]))
+			scale32(tq[i*dk:(i+1)*dk], q[i*dk:(i+1)*dk], eG[i])
 		}
 		// Forward substitution: (I + A) U = beta V, (I + A) W = -beta exp(G) K. A row
 		// of W is of the size of its exp(G): below the flush it is 0 (left out, with
@@ -196,10 +186,7 @@ func chunkedHead32(d Dims, in Inputs, h int, hd *headData32, t1, first int, S, o
 		// S' = exp(G_last) S + sum_i exp(G_last - G_i) k_i Vn_iᵀ (row L-1 of E).
 		el := E[(L-1)*C : (L-1)*C+L]
 		for x := 0; x < dk; x++ {
-			kt, kte := KT[x*C:x*C+L], KTe[x*C:x*C+L]
-			for i, e := range el {
-				kte[i] = e * kt[i]
-			}
+			mul32(KTe[x*C:x*C+L], KT[x*C:x*C+L], el)
 		}
 		gemm32(S, dv, KTe, C, U, dv, dk, L, dv, eG[L-1])
 	}
@@ -297,5 +284,21 @@ func gemm32(y []float32, ldy int, a []float32, lda int, b []float32, ldb int, m,
 			continue
 		}
 		gemv32(y[i*ldy:], a[i*lda:], b, k, ldb, n, scale)
+	}
+}
+
+// scale32 sets dst[i] = a*src[i].
+func scale32(dst, src []float32, a float32) {
+	dst = dst[:len(src)]
+	for i := scale32Fast(dst, src, a); i < len(src); i++ {
+		dst[i] = a * src[i]
+	}
+}
+
+// mul32 sets dst[i] = x[i]*y[i].
+func mul32(dst, x, y []float32) {
+	dst, y = dst[:len(x)], y[:len(x)]
+	for i := mul32Fast(dst, x, y); i < len(x); i++ {
+		dst[i] = x[i] * y[i]
 	}
 }

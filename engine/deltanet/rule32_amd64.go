@@ -46,3 +46,27 @@ func ger32AVX512(d, s, a, x *float32, m, ldBytes, n int, scale float32)
 
 //go:noescape
 func gemm4x64AVX512(y, a, b *float32, k, ldyBytes, ldaBytes, ldbBytes int, scale float32)
+
+func scale32Fast(dst, src []float32, a float32) int {
+	c := len(src) &^ 15
+	if !useAVX512 || c == 0 {
+		return 0
+	}
+	scale32AVX512(&dst[0], &src[0], a, c)
+	return c
+}
+
+func mul32Fast(dst, x, y []float32) int {
+	c := len(x) &^ 15
+	if !useAVX512 || c == 0 {
+		return 0
+	}
+	mul32AVX512(&dst[0], &x[0], &y[0], c)
+	return c
+}
+
+//go:noescape
+func scale32AVX512(dst, src *float32, a float32, n int)
+
+//go:noescape
+func mul32AVX512(dst, x, y *float32, n int)

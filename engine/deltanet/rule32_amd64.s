@@ -310,3 +310,44 @@ smloop:
 	VMOVUPS Z15, 192(R11)
 	VZEROUPPER
 	RET
+
+// func scale32AVX512(dst, src *float32, a float32, n int): dst[i] = a*src[i], n a multiple
+// of 16.
+TEXT ·scale32AVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	VBROADCASTSS a+16(FP), Z1
+	MOVQ n+24(FP), CX
+	TESTQ CX, CX
+	JZ scdone
+scloop:
+	VMULPS (SI), Z1, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JNZ scloop
+scdone:
+	VZEROUPPER
+	RET
+
+// func mul32AVX512(dst, x, y *float32, n int): dst[i] = x[i]*y[i], n a multiple of 16.
+TEXT ·mul32AVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), BX
+	MOVQ n+24(FP), CX
+	TESTQ CX, CX
+	JZ mudone
+muloop:
+	VMOVUPS (SI), Z0
+	VMULPS (BX), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JNZ muloop
+mudone:
+	VZEROUPPER
+	RET

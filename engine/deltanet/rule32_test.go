@@ -121,8 +121,8 @@ func BenchmarkRecurrent32(b *testing.B) {
 const kernel32Tol = 1e-5
 
 // The float32 kernels (AVX-512 where the CPU has it, 16-column blocks and tails) are
-// within kernel32Tol of float64 loops, and gemm32 gives every element the bits of
-// gemv32, for every width, depth and stride.
+// within kernel32Tol of float64 loops, gemm32 gives every element the bits of gemv32, and
+// scale32/mul32 those of Go's multiply, for every width, depth and stride.
 func TestKernels32(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 36))
 	near := func(got float32, want, mag float64) bool {
@@ -143,6 +143,17 @@ func TestKernels32(t *testing.T) {
 					}
 					if !near(got[j], want, mag) {
 						t.Fatalf("n=%d k=%d scale=%g: gemv32 y[%d] = %v, want %v", n, k, scale, j, got[j], want)
+					}
+				}
+				if scale == 1 && k == 1 {
+					// One multiply per element: the same bits as Go's.
+					sc, mu := make([]float32, n), make([]float32, n)
+					scale32(sc, y, a[0])
+					mul32(mu, y, b[:n])
+					for j := range y {
+						if sc[j] != a[0]*y[j] || mu[j] != y[j]*b[j] {
+							t.Fatalf("n=%d: scale32/mul32 [%d] = %v/%v, want %v/%v", n, j, sc[j], mu[j], a[0]*y[j], y[j]*b[j])
+						}
 					}
 				}
 				m := k
