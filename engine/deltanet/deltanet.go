@@ -276,7 +276,8 @@ func (in Inputs) check(d Dims, state, out []float32) {
 // beta gathered into contiguous float64 buffers, the float64 state, and the chunk
 // matrices.
 //
-// The rule runs in float64 and rounds to float32 only at its outputs and the stored state:
+// The rule runs in float64 (unless Inputs.F32: rule32.go) and rounds to float32 only at
+// its outputs and the stored state:
 // its output is later RMS-normalised per head, which amplifies rounding error when a
 // head's output is small (it happens in the fixtures: a head with mean square ~1e-6 at the
 // 1e-6 epsilon), so the extra precision keeps us within the reference's own rounding. The

@@ -283,10 +283,14 @@ func TestGates(t *testing.T) {
 	}
 }
 
-func BenchmarkChunked(b *testing.B) {
+func BenchmarkChunked(b *testing.B) { benchChunked(b, false) }
+
+// benchChunked: 256 tokens with Qwen3.6-35B-A3B sizes through the chunked rule.
+func benchChunked(b *testing.B, f32 bool) {
 	d := Dims{NumKeyHeads: 16, NumValueHeads: 32, KeyDim: 128, ValueDim: 128}
 	r := rand.New(rand.NewPCG(1, 1))
 	in := randomInputs(r, d, 256)
+	in.F32 = f32
 	s := make([]float32, d.StateSize())
 	out := make([]float32, in.T*d.NumValueHeads*d.ValueDim)
 	for b.Loop() {
@@ -294,10 +298,14 @@ func BenchmarkChunked(b *testing.B) {
 	}
 }
 
-func BenchmarkRecurrent(b *testing.B) {
+func BenchmarkRecurrent(b *testing.B) { benchRecurrent(b, false) }
+
+// benchRecurrent: one decode token with Qwen3.6-35B-A3B sizes.
+func benchRecurrent(b *testing.B, f32 bool) {
 	d := Dims{NumKeyHeads: 16, NumValueHeads: 32, KeyDim: 128, ValueDim: 128}
 	r := rand.New(rand.NewPCG(1, 1))
 	in := randomInputs(r, d, 1)
+	in.F32 = f32
 	s := make([]float32, d.StateSize())
 	out := make([]float32, in.T*d.NumValueHeads*d.ValueDim)
 	for b.Loop() {
@@ -373,10 +381,13 @@ func TestStridedInputs(t *testing.T) {
 // BenchmarkRecurrentCold is BenchmarkRecurrent with the state read from and written to
 // memory the caches do not hold (64 sequences' states in turn, 128 MiB each way), as in
 // a decode step that streams the weights between two visits of a layer.
-func BenchmarkRecurrentCold(b *testing.B) {
+func BenchmarkRecurrentCold(b *testing.B) { benchRecurrentCold(b, false) }
+
+func benchRecurrentCold(b *testing.B, f32 bool) {
 	d := Dims{NumKeyHeads: 16, NumValueHeads: 32, KeyDim: 128, ValueDim: 128}
 	r := rand.New(rand.NewPCG(1, 1))
 	in := randomInputs(r, d, 1)
+	in.F32 = f32
 	const n = 64
 	from, to := make([][]float32, n), make([][]float32, n)
 	for i := range from {

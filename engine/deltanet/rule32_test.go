@@ -92,30 +92,6 @@ func TestRule32LongPrompt(t *testing.T) {
 	}
 }
 
-// BenchmarkChunked32 is BenchmarkChunked with the float32 rule.
-func BenchmarkChunked32(b *testing.B) {
-	d := Dims{NumKeyHeads: 16, NumValueHeads: 32, KeyDim: 128, ValueDim: 128}
-	in := randomInputs(rand.New(rand.NewPCG(1, 1)), d, 256)
-	in.F32 = true
-	s := make([]float32, d.StateSize())
-	out := make([]float32, in.T*d.NumValueHeads*d.ValueDim)
-	for b.Loop() {
-		Chunked(d, in, s, out)
-	}
-}
-
-// BenchmarkRecurrent32 is BenchmarkRecurrent with the float32 rule.
-func BenchmarkRecurrent32(b *testing.B) {
-	d := Dims{NumKeyHeads: 16, NumValueHeads: 32, KeyDim: 128, ValueDim: 128}
-	in := randomInputs(rand.New(rand.NewPCG(1, 1)), d, 1)
-	in.F32 = true
-	s := make([]float32, d.StateSize())
-	out := make([]float32, in.T*d.NumValueHeads*d.ValueDim)
-	for b.Loop() {
-		Recurrent(d, in, s, out)
-	}
-}
-
 // kernel32Tol bounds the float32 kernels against float64 loops, relative to the sum of
 // the magnitudes of each element's terms (float32 rounding of a chain of up to 129 terms).
 const kernel32Tol = 1e-5
@@ -191,3 +167,9 @@ func TestKernels32(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkChunked32, BenchmarkRecurrent32 and BenchmarkRecurrentCold32 are the
+// benchmarks without 32 with the float32 rule.
+func BenchmarkChunked32(b *testing.B)       { benchChunked(b, true) }
+func BenchmarkRecurrent32(b *testing.B)     { benchRecurrent(b, true) }
+func BenchmarkRecurrentCold32(b *testing.B) { benchRecurrentCold(b, true) }
