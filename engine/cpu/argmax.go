@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/macpool/macpool/engine"
+	"github.com/macpool/macpool/engine/cpu/kernels"
 )
 
 var _ engine.ArgmaxOps = (*Backend)(nil)
@@ -20,8 +21,16 @@ func (b *Backend) Argmax(t engine.Tensor, dst []int) error {
 	}
 	b.parallel(s.rows, 1, func(lo, hi, _ int) {
 		for r := lo; r < hi; r++ {
-			dst[r] = engine.Argmax(s.data[r*s.cols : (r+1)*s.cols])
+			dst[r] = argmax(s.data[r*s.cols : (r+1)*s.cols])
 		}
 	})
 	return nil
+}
+
+// argmax is engine.Argmax of v, by the SIMD kernel where there is one.
+func argmax(v []float32) int {
+	if i, ok := kernels.ArgmaxF32(v); ok {
+		return i
+	}
+	return engine.Argmax(v)
 }

@@ -168,7 +168,7 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 			mixed := buf.mixed
 			deltanet.CausalConv1DActOn(run, mixed, x.data[r0*C:(r0+n)*C], n, C, conv, K, st.conv, silu)
 			// q, k and v are views into the conv output's rows (Inputs.Stride).
-			in := deltanet.Inputs{T: n, Q: mixed, K: mixed[kd:], V: mixed[2*kd:], G: buf.g, Beta: buf.beta, Stride: C}
+			in := deltanet.Inputs{T: n, Q: mixed, K: mixed[kd:], V: mixed[2*kd:], G: buf.g, Beta: buf.beta, Stride: C, F32: b.rule32()}
 			deltanet.GatesOn(run, in.Beta, in.G, bb.data[r0*nv:(r0+n)*nv], aa.data[r0*nv:(r0+n)*nv], aLog, dtBias, n, nv)
 			out := o.data[r0*vd : (r0+n)*vd]
 			switch {
@@ -186,6 +186,11 @@ func (b *Backend) GatedDeltaNet(dst, qkv, z, bt, at engine.Tensor, w engine.Delt
 		st.commit(sq.N)
 	}
 }
+
+// rule32 says whether the delta rule runs in float32 (deltanet.Inputs.F32): on the
+// default path, whose int8 activations are far coarser than its rounding; the exact
+// paths (ExactMatMul, PreciseHybrid) keep the float64 rule and its bits.
+func (b *Backend) rule32() bool { return !b.exact && !b.preciseHybrid }
 
 // dnBuf is GatedDeltaNet's scratch for one piece: the conv output and the gates.
 type dnBuf struct{ mixed, g, beta []float32 }

@@ -12,7 +12,7 @@ import (
 func (in Inputs) slice(d Dims, t0, t1 int) Inputs {
 	kd, vd, nv := d.NumKeyHeads*d.KeyDim, d.NumValueHeads*d.ValueDim, d.NumValueHeads
 	return Inputs{T: t1 - t0, Q: in.Q[t0*kd : t1*kd], K: in.K[t0*kd : t1*kd], V: in.V[t0*vd : t1*vd],
-		G: in.G[t0*nv : t1*nv], Beta: in.Beta[t0*nv : t1*nv]}
+		G: in.G[t0*nv : t1*nv], Beta: in.Beta[t0*nv : t1*nv], F32: in.F32}
 }
 
 // canonicalCalls runs in through CanonicalInto in calls ending at the given cuts (the
@@ -43,12 +43,24 @@ func sameBits(a, b []float32) int {
 // The canonical rule gives the same bits however a sequence is cut into calls at
 // multiples of ChunkSize and at the prompt's end, also when the calls start from a
 // position that is not a multiple; generated rows equal one-token Recurrent calls (decode
-// steps); and it stays within rounding of the float64 reference.
+// steps); and it stays within rounding of the float64 reference. In float64 and in the
+// float32 rule (Inputs.F32), within its tolerance.
 func TestCanonicalCallBoundaries(t *testing.T) {
+	for _, f32 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("f32=%v", f32), func(t *testing.T) { testCanonicalCallBoundaries(t, f32) })
+	}
+}
+
+func testCanonicalCallBoundaries(t *testing.T, f32 bool) {
 	r := rand.New(rand.NewPCG(7, 9))
 	d := Dims{NumKeyHeads: 2, NumValueHeads: 4, KeyDim: 16, ValueDim: 8}
 	const T, prompt = 200, 150 // prompt rows [0, 150): chunks 64, 64, 22
 	in := randomInputs(r, d, T)
+	in.F32 = f32
+	tol := 1e-6
+	if f32 {
+		tol = rule32Tol
+	}
 	state := randn(r, d.StateSize(), 0.3)
 	vd := d.NumValueHeads * d.ValueDim
 
@@ -100,7 +112,7 @@ func TestCanonicalCallBoundaries(t *testing.T) {
 		num += e * e
 		den += ref[i] * ref[i]
 	}
-	if e := math.Sqrt(num / den); e > 1e-6 {
+	if e := math.Sqrt(num / den); e > tol {
 		t.Errorf("canonical vs float64 reference: rel-L2 %.3g", e)
 	}
 }

@@ -204,6 +204,14 @@ func l2normScaled(dst []float64, x []float32, scale float64) {
 // adds overlap instead of each waiting on the one before (gatherKey's norms were ~1.5%
 // of a qwen3.6-35b-a3b prefill).
 func l2normScaled4(dst [4][]float64, x [4][]float32, scale [4]float64) {
+	ss := sumSquares4(x)
+	for j := range ss {
+		scaleRow(dst[j], x[j], scale[j]/math.Sqrt(ss[j]+L2NormEps))
+	}
+}
+
+// sumSquares4 is the float64 sum of squares of four rows of one length.
+func sumSquares4(x [4][]float32) [4]float64 {
 	n := len(x[0])
 	x0, x1, x2, x3 := x[0][:n], x[1][:n], x[2][:n], x[3][:n]
 	var ss [4]float64
@@ -213,9 +221,7 @@ func l2normScaled4(dst [4][]float64, x [4][]float32, scale [4]float64) {
 		ss[2] += float64(x2[i]) * float64(x2[i])
 		ss[3] += float64(x3[i]) * float64(x3[i])
 	}
-	for j := range ss {
-		scaleRow(dst[j], x[j], scale[j]/math.Sqrt(ss[j]+L2NormEps))
-	}
+	return ss
 }
 
 // scaleRow writes x * inv into dst.
@@ -239,6 +245,10 @@ type Inputs struct {
 	// Stride, when not 0, is the row stride of Q, K and V: views into rows holding all
 	// three, as the conv output [T, ConvDim] does, so nothing is copied out of it.
 	Stride int
+	// F32 runs the rule in float32 (rule32.go): the backends' default path, twice the
+	// vector lanes and half the bytes of the float64 rule, whose extra precision the
+	// exact paths keep. Within float32 rounding of the float64 rule, not its bits.
+	F32 bool
 }
 
 // strides returns the row strides of Q/K and of V.
@@ -266,7 +276,8 @@ func (in Inputs) check(d Dims, state, out []float32) {
 // beta gathered into contiguous float64 buffers, the float64 state, and the chunk
 // matrices.
 //
-// The rule runs in float64 and rounds to float32 only at its outputs and the stored state:
+// The rule runs in float64 (unless Inputs.F32: rule32.go) and rounds to float32 only at
+// its outputs and the stored state:
 // its output is later RMS-normalised per head, which amplifies rounding error when a
 // head's output is small (it happens in the fixtures: a head with mean square ~1e-6 at the
 // 1e-6 epsilon), so the extra precision keeps us within the reference's own rounding. The
@@ -277,22 +288,23 @@ type headData struct {
 	q, k, v, g, beta, S []float64
 	G, A, P, E, KTe     []float64
 	U, W, tq, o         []float64
-	keys                keyProducts
+	keys                keyProducts[float64]
+	f32                 headData32 // the float32 rule's (Inputs.F32)
 }
 
 // keyProducts are the chunk matrices that depend on the key head only (its q and k),
 // made by the first of the value heads it serves and read by the others: per chunk c of
 // the rows [t0, t1) split at first, Kᵀ at KT[c*KeyDim*ChunkSize] (row stride ChunkSize)
 // and the raw K Kᵀ and Q Kᵀ at KK and QK [c*ChunkSize²] (row stride ChunkSize).
-type keyProducts struct {
+type keyProducts[F float32 | float64] struct {
 	valid         bool
 	t0, t1, first int
-	KT, KK, QK    []float64
+	KT, KK, QK    []F
 }
 
 // ready says whether the products are those of rows [t0, t1) split at first; if not, it
 // sizes them for these rows, to be filled by the caller.
-func (kp *keyProducts) ready(d Dims, t0, t1, first int) bool {
+func (kp *keyProducts[F]) ready(d Dims, t0, t1, first int) bool {
 	if kp.valid && kp.t0 == t0 && kp.t1 == t1 && kp.first == first {
 		return true
 	}
@@ -358,9 +370,9 @@ func storeState(d Dims, h int, hd *headData, state []float32) {
 	narrow32(state[h*n:(h+1)*n], hd.S[:n])
 }
 
-func grow(b []float64, n int) []float64 {
+func grow[F float32 | float64](b []F, n int) []F {
 	if cap(b) < n {
-		return make([]float64, n)
+		return make([]F, n)
 	}
 	return b[:n]
 }
@@ -381,6 +393,10 @@ func RecurrentOn(r Runner, d Dims, in Inputs, state, out []float32) {
 func RecurrentInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
 	in.check(d, from, out)
 	in.check(d, to, out)
+	if in.F32 {
+		rule32(r, d, in, 0, ChunkSize, from, to, out)
+		return
+	}
 	n := d.KeyDim * d.ValueDim
 	forHeads(r, d, in, func(h int, hd *headData) {
 		gatherValue(d, in, h, hd, from)
@@ -448,6 +464,10 @@ func ChunkedOn(r Runner, d Dims, in Inputs, state, out []float32) {
 func ChunkedInto(r Runner, d Dims, in Inputs, from, to, out []float32) {
 	in.check(d, from, out)
 	in.check(d, to, out)
+	if in.F32 {
+		rule32(r, d, in, in.T, ChunkSize, from, to, out)
+		return
+	}
 	forHeads(r, d, in, func(h int, hd *headData) {
 		gatherValue(d, in, h, hd, from)
 		chunkedHead(d, hd, 0, in.T, ChunkSize, out, h, false)
@@ -472,6 +492,11 @@ func CanonicalInto(r Runner, d Dims, in Inputs, pos, prompt int, from, to, out [
 		panic(fmt.Sprintf("deltanet: canonical rule at position %d with %d prompt rows of %d", pos, prompt, in.T))
 	}
 	first := ChunkSize - pos%ChunkSize
+	if in.F32 {
+		// The float32 state is rounded to float32 at every step: nothing to add.
+		rule32(r, d, in, prompt, first, from, to, out)
+		return
+	}
 	forHeads(r, d, in, func(h int, hd *headData) {
 		gatherValue(d, in, h, hd, from)
 		chunkedHead(d, hd, 0, prompt, first, out, h, true)
@@ -652,7 +677,11 @@ func forHeads(r Runner, d Dims, in Inputs, fn func(h int, hd *headData)) {
 		hd := scratch.Get().(*headData)
 		defer scratch.Put(hd)
 		for kh := lo; kh < hi; kh++ {
-			gatherKey(d, in, kh, hd)
+			if in.F32 {
+				gatherKey32(d, in, kh, &hd.f32)
+			} else {
+				gatherKey(d, in, kh, hd)
+			}
 			for h := kh * rep; h < (kh+1)*rep; h++ {
 				fn(h, hd)
 			}

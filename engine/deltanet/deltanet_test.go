@@ -283,10 +283,14 @@ func TestGates(t *testing.T) {
 	}
 }
 
-func BenchmarkChunked(b *testing.B) {
+func BenchmarkChunked(b *testing.B) { benchChunked(b, false) }
+
+// benchChunked: 256 tokens with Qwen3.6-35B-A3B sizes through the chunked rule.
+func benchChunked(b *testing.B, f32 bool) {
 	d := Dims{NumKeyHeads: 16, NumValueHeads: 32, KeyDim: 128, ValueDim: 128}
 	r := rand.New(rand.NewPCG(1, 1))
 	in := randomInputs(r, d, 256)
+	in.F32 = f32
 	s := make([]float32, d.StateSize())
 	out := make([]float32, in.T*d.NumValueHeads*d.ValueDim)
 	for b.Loop() {
@@ -294,10 +298,14 @@ func BenchmarkChunked(b *testing.B) {
 	}
 }
 
-func BenchmarkRecurrent(b *testing.B) {
+func BenchmarkRecurrent(b *testing.B) { benchRecurrent(b, false) }
+
+// benchRecurrent: one decode token with Qwen3.6-35B-A3B sizes.
+func benchRecurrent(b *testing.B, f32 bool) {
 	d := Dims{NumKeyHeads: 16, NumValueHeads: 32, KeyDim: 128, ValueDim: 128}
 	r := rand.New(rand.NewPCG(1, 1))
 	in := randomInputs(r, d, 1)
+	in.F32 = f32
 	s := make([]float32, d.StateSize())
 	out := make([]float32, in.T*d.NumValueHeads*d.ValueDim)
 	for b.Loop() {
@@ -309,8 +317,13 @@ func BenchmarkRecurrent(b *testing.B) {
 func TestIntoKeepsIncomingState(t *testing.T) {
 	d := Dims{NumKeyHeads: 2, NumValueHeads: 4, KeyDim: 8, ValueDim: 8}
 	r := rand.New(rand.NewPCG(9, 9))
-	for _, T := range []int{1, 70} {
+	for _, c := range []struct {
+		T   int
+		f32 bool
+	}{{1, false}, {70, false}, {1, true}, {70, true}} {
+		T := c.T
 		in := randomInputs(r, d, T)
+		in.F32 = c.f32
 		init := randn(r, d.StateSize(), 0.5)
 		inPlace := append([]float32(nil), init...)
 		from, to := append([]float32(nil), init...), make([]float32, d.StateSize())
@@ -323,26 +336,31 @@ func TestIntoKeepsIncomingState(t *testing.T) {
 			ChunkedInto(nil, d, in, from, to, o2)
 		}
 		if relL2(o2, o1) != 0 || relL2(to, inPlace) != 0 || relL2(from, init) != 0 {
-			t.Errorf("T=%d: Into differs from the in-place form or changed its input state", T)
+			t.Errorf("T=%d f32=%v: Into differs from the in-place form or changed its input state", T, c.f32)
 		}
 	}
 }
 
 // Q, K and V as views into shared rows (Inputs.Stride, the conv output's layout) give the
-// bits of separate dense slices, in every form.
+// bits of separate dense slices, in every form and both precisions.
 func TestStridedInputs(t *testing.T) {
 	d := Dims{NumKeyHeads: 2, NumValueHeads: 4, KeyDim: 16, ValueDim: 8}
 	r := rand.New(rand.NewPCG(21, 22))
 	kd, vd, C := d.NumKeyHeads*d.KeyDim, d.NumValueHeads*d.ValueDim, d.ConvDim()
-	for _, T := range []int{1, 70} {
+	for _, c := range []struct {
+		T   int
+		f32 bool
+	}{{1, false}, {70, false}, {1, true}, {70, true}} {
+		T, f32 := c.T, c.f32
 		in := randomInputs(r, d, T)
+		in.F32 = f32
 		rows := make([]float32, T*C)
 		for tk := 0; tk < T; tk++ {
 			copy(rows[tk*C:], in.Q[tk*kd:(tk+1)*kd])
 			copy(rows[tk*C+kd:], in.K[tk*kd:(tk+1)*kd])
 			copy(rows[tk*C+2*kd:], in.V[tk*vd:(tk+1)*vd])
 		}
-		st := Inputs{T: T, Q: rows, K: rows[kd:], V: rows[2*kd:], G: in.G, Beta: in.Beta, Stride: C}
+		st := Inputs{T: T, Q: rows, K: rows[kd:], V: rows[2*kd:], G: in.G, Beta: in.Beta, Stride: C, F32: f32}
 		init := randn(r, d.StateSize(), 0.5)
 		for name, run := range map[string]func(Inputs, []float32, []float32){
 			"recurrent": func(x Inputs, s, o []float32) { Recurrent(d, x, s, o) },
@@ -354,7 +372,7 @@ func TestStridedInputs(t *testing.T) {
 			run(in, s1, o1)
 			run(st, s2, o2)
 			if bad := sameBits(o1, o2) + sameBits(s1, s2); bad > 0 {
-				t.Errorf("T=%d %s: %d values differ with strided inputs", T, name, bad)
+				t.Errorf("T=%d f32=%v %s: %d values differ with strided inputs", T, f32, name, bad)
 			}
 		}
 	}
@@ -363,10 +381,13 @@ func TestStridedInputs(t *testing.T) {
 // BenchmarkRecurrentCold is BenchmarkRecurrent with the state read from and written to
 // memory the caches do not hold (64 sequences' states in turn, 128 MiB each way), as in
 // a decode step that streams the weights between two visits of a layer.
-func BenchmarkRecurrentCold(b *testing.B) {
+func BenchmarkRecurrentCold(b *testing.B) { benchRecurrentCold(b, false) }
+
+func benchRecurrentCold(b *testing.B, f32 bool) {
 	d := Dims{NumKeyHeads: 16, NumValueHeads: 32, KeyDim: 128, ValueDim: 128}
 	r := rand.New(rand.NewPCG(1, 1))
 	in := randomInputs(r, d, 1)
+	in.F32 = f32
 	const n = 64
 	from, to := make([][]float32, n), make([][]float32, n)
 	for i := range from {

@@ -113,3 +113,70 @@ func TestRouteMatchesStableSort(t *testing.T) {
 		}
 	}
 }
+
+// topKScan is the selection Route made before topK: k scans for the largest remaining
+// probability (the first of equal ones), the reference topK must match.
+func topKScan(p []float32, idx []int, w []float32) {
+	p = slices.Clone(p)
+	for s := range idx {
+		best := -1
+		for e := range p {
+			if p[e] < 0 {
+				continue
+			}
+			if best < 0 || p[e] > p[best] {
+				best = e
+			}
+		}
+		idx[s], w[s] = best, p[best]
+		p[best] = -1
+	}
+}
+
+// TestTopKMatchesScan: topK chooses the experts and weights of k scans, bit for bit, on
+// softmaxes of random logits (few distinct values: ties; 128 and 256 experts as the
+// models have), k up to n, and on the all-NaN softmax of a NaN or infinite logit.
+func TestTopKMatchesScan(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for trial := 0; trial < 2000; trial++ {
+		n := []int{1 + r.IntN(40), 128, 256}[trial%3]
+		k := 1 + r.IntN(min(n, 16))
+		if trial%7 == 0 {
+			k = n
+		}
+		logits := make([]float32, n)
+		for i := range logits {
+			logits[i] = float32(r.NormFloat64())
+			if trial%2 == 0 {
+				logits[i] = float32(r.IntN(4))
+			}
+		}
+		switch trial % 11 {
+		case 1:
+			logits[r.IntN(n)] = float32(math.NaN())
+		case 2:
+			logits[r.IntN(n)] = float32(math.Inf(1))
+		}
+		p := softmaxInto(make([]float32, n), logits)
+		gi, gw := make([]int, k), make([]float32, k)
+		wi, ww := make([]int, k), make([]float32, k)
+		topK(p, gi, gw)
+		topKScan(p, wi, ww)
+		if !slices.Equal(gi, wi) || !slices.EqualFunc(gw, ww, func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+			t.Fatalf("n=%d k=%d logits %v: topK %v %v, scan %v %v", n, k, logits, gi, gw, wi, ww)
+		}
+	}
+}
+
+// BenchmarkRouteInto routes one token of qwen3.6-35b-a3b's router (256 experts, top 8).
+func BenchmarkRouteInto(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	logits := make([]float32, 256)
+	for i := range logits {
+		logits[i] = float32(r.NormFloat64())
+	}
+	idx, w, p := make([]int, 8), make([]float32, 8), make([]float32, 256)
+	for b.Loop() {
+		RouteInto(logits, 8, true, idx, w, p)
+	}
+}

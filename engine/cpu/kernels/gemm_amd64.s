@@ -338,3 +338,81 @@ maxdone:
 	VZEROUPPER
 	MOVSS         X0, ret+16(FP)
 	RET
+
+// func argmaxAVX512(x *float32, n int) int
+// The first index of the largest non-NaN value of x[0:n]; n > 0 and x[0]
+// is not NaN, so that value is in x. Pass 1 keeps per-lane maxima with
+// the accumulator as VMAXPS's second operand, which it returns when the
+// loaded value is NaN (NaNs are skipped, as engine.Argmax skips them);
+// pass 2 compares 16 values at a time with the maximum (equal-ordered: NaN
+// never matches, −0 matches +0 as == does) and stops at the first match.
+TEXT ·argmaxAVX512(SB), NOSPLIT, $0-24
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	MOVQ         SI, DI
+	MOVQ         CX, DX
+	MOVL         $0xff800000, AX // −Inf
+	VPBROADCASTD AX, Z0
+	VMOVAPS      Z0, Z3
+
+am1loop:
+	CMPQ    CX, $16
+	JLT     am1tail
+	VMOVUPS (SI), Z2
+	VMAXPS  Z0, Z2, Z0
+	ADDQ    $64, SI
+	SUBQ    $16, CX
+	JMP     am1loop
+
+am1tail:
+	TESTQ   CX, CX
+	JZ      am1reduce
+	MOVQ    $1, AX
+	SHLQ    CX, AX
+	DECQ    AX
+	KMOVW   AX, K1
+	VMOVAPS Z3, Z2
+	VMOVUPS (SI), K1, Z2 // masked-off lanes keep −Inf
+	VMAXPS  Z0, Z2, Z0
+
+am1reduce:
+	VEXTRACTF64X4 $1, Z0, Y1
+	VMAXPS        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VMAXPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VMAXPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VMAXPS        X1, X0, X0
+	VBROADCASTSS  X0, Z0
+	XORQ          BX, BX // index of the first value at DI
+
+am2loop:
+	CMPQ   DX, $16
+	JLT    am2tail
+	VCMPPS $0, (DI), Z0, K2 // EQ_OQ
+	KMOVW  K2, AX
+	TESTL  AX, AX
+	JNZ    am2found
+	ADDQ   $64, DI
+	ADDQ   $16, BX
+	SUBQ   $16, DX
+	JMP    am2loop
+
+am2tail:
+	MOVQ      DX, CX
+	MOVQ      $1, R8
+	SHLQ      CX, R8
+	DECQ      R8
+	KMOVW     R8, K1
+	VMOVUPS.Z (DI), K1, Z2
+	VCMPPS    $0, Z2, Z0, K2
+	KMOVW     K2, AX
+	ANDL      R8, AX // zeroed lanes past n would match a maximum of 0
+
+am2found:
+	BSFL      AX, AX
+	ADDQ      BX, AX
+	MOVQ      AX, ret+16(FP)
+	VZEROUPPER
+	RET

@@ -555,6 +555,21 @@ func MaxF32(x []float32) float32 {
 	return m
 }
 
+// ArgmaxF32 is engine.Argmax of x (the first index of the largest value;
+// NaNs never win unless x[0] is one, then 0) from a SIMD kernel, ~10×
+// faster than that loop (a greedy decode step over a 248k vocabulary:
+// ~200 µs on one thread while the others wait); ok is false where there
+// is no kernel or x is empty.
+func ArgmaxF32(x []float32) (i int, ok bool) {
+	if argmaxFast == nil || len(x) == 0 {
+		return 0, false
+	}
+	if x[0] != x[0] {
+		return 0, true
+	}
+	return argmaxFast(&x[0], len(x)), true
+}
+
 // ExpSubF32 sets x[j] = exp(x[j] − mx) and returns Σ x[j]. The AVX-512
 // version is Cephes' expf (within 2 ulp of the float64 exp rounded, for
 // arguments ≥ −87; below, it flushes towards 0) and sums in 16 float32

@@ -24,6 +24,7 @@ var (
 	gemmNNFast  = map[bool]func(a *float32, lda int, b *float32, ldb, k int, dst *float32, ldd, cols int){true: gemmNN8x32}[useAVX512F]
 	expSubFast  = map[bool]func(x *float32, n int, mx float32) float32{true: expSubAVX512}[useAVX512F]
 	maxFast     = map[bool]func(x *float32, n int) float32{true: maxAVX512}[useAVX512F]
+	argmaxFast  = map[bool]func(x *float32, n int) int{true: argmaxAVX512}[useAVX512F]
 )
 
 var (
@@ -285,6 +286,9 @@ func gemmNN8x32(a *float32, lda int, b *float32, ldb, k int, dst *float32, ldd, 
 
 //go:noescape
 func maxAVX512(x *float32, n int) float32
+
+//go:noescape
+func argmaxAVX512(x *float32, n int) int
 
 //go:noescape
 func expSubAVX512(x *float32, n int, mx float32) float32

@@ -18,6 +18,8 @@ var expSubFast func(x *float32, n int, mx float32) float32
 
 var maxFast func(x *float32, n int) float32
 
+var argmaxFast func(x *float32, n int) int
+
 func usePacked() bool { return false }
 
 func dotsFast(dst, q, k []float32, stride, n int) int  { return 0 }
