@@ -45,16 +45,16 @@ type amxScratch struct {
 // amxTiles runs the AMX kernels for the activation rows [0, m16) over the
 // weight groups [c0, c1) (full: the groups whose 16 rows all exist; a
 // partial last group, and a padded last row tile, go through tmp, 16×16
-// floats). 4-bit weights are
-// unpacked once per call for all the row tiles: the chunk (~128 KiB
-// packed, 2× unpacked) stays in L2 while each row tile, in L1, passes over
-// it, as the Q8_0 blocks do. Q4_0 batches of amxBlockRows and more take
-// the whole tiles' full groups in column slices (amxQ4Slices), the rest
-// (partial group, padded tile) as above.
+// floats). Batches of amxBlockRows and more (Q8_0, Q4_0) take the whole
+// tiles' full groups in column slices on signed codes (amxSlices); the
+// rest (smaller batches, partial group, padded tile) run one pass over
+// the chunk: Q8_0 from the packed weights, 4-bit weights unpacked once
+// per call for all the row tiles (the chunk, ~128 KiB packed, 2×
+// unpacked, stays in L2 while each row tile, in L1, passes over it).
 func amxTiles(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1, full int, tmp []float32, s *amxScratch) {
-	sliced := m.Format == tensor.Q4_0 && m16 >= amxBlockRows
+	sliced := m.Format != tensor.Q4_K && m16 >= amxBlockRows
 	if sliced {
-		amxQ4Slices(m, dst, ldd, in, in.M&^15, c0, min(c1, full), s)
+		amxSlices(m, dst, ldd, in, in.M&^15, c0, min(c1, full), s)
 	}
 	if m.Format != tensor.Q8_0 && (!sliced || c1 > full || m16 > in.M) {
 		gb := m.nb * 512 // unpacked bytes per group
@@ -65,20 +65,12 @@ func amxTiles(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1, full in
 			amxUnpack(m, g, s.codes[(g-c0)*gb:(g-c0+1)*gb])
 		}
 	}
-	slice := m.nb
-	if m16 >= amxBlockRows {
-		slice = amxSliceBlocks
-	}
 	for i := 0; i < m16; i += 16 {
 		end := min(c1, full)
 		if i+16 > in.M { // a padded last tile: its real rows, group by group
 			end = c0
 		}
-		switch {
-		case end == c0 || sliced: // none, or done by amxQ4Slices
-		case m.Format == tensor.Q8_0:
-			amxQ8(m, c0, end-c0, in, i, dst[i*ldd+c0*packRows:], ldd, s, slice)
-		default:
+		if end > c0 && !sliced {
 			amxKernel(m, c0, end-c0, in, i, dst[i*ldd+c0*packRows:], ldd, s, 0)
 		}
 		for g := end; g < c1; g++ { // through tmp
@@ -91,55 +83,60 @@ func amxTiles(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1, full in
 	}
 }
 
-// amxUnpack unpacks the 4-bit codes of group g into codes.
+// amxUnpack unpacks the 4-bit codes of group g into codes: Q4_0 signed
+// (gemmSx16AMX), Q4_K as stored (its kernel corrects with the mins).
 func amxUnpack(m *Matrix, g int, codes []byte) {
 	nb := m.nb
 	_ = codes[nb*512-1]
 	if m.layout == layoutQ4K {
 		w := m.data[g*nb*q4BlockBytes : (g+1)*nb*q4BlockBytes]
-		unpackQ4AMX(&w[0], q4BlockBytes, nb, &codes[0])
+		unpackQ4AMX(&w[0], q4BlockBytes, nb, &codes[0], 0)
 		return
 	}
 	gs := m.groupStride()
 	w := m.data[g*gs : (g+1)*gs]
-	unpackQ4AMX(&w[packScales], packBlockQ4, nb, &codes[0])
+	unpackQ4AMX(&w[packScales], packBlockQ4, nb, &codes[0], 8)
 }
 
-// amxKernel: ngroups groups from g × the activation rows [i, i+16); 4-bit
-// weights read their unpacked codes from s.codes at co.
+// amxKernel: ngroups groups from g × the activation rows [i, i+16) in one
+// pass over the columns; 4-bit weights read their unpacked codes from
+// s.codes at co. Q8_0 reads the packed weights as stored (+128): batches
+// of one or two tiles (the MoE experts') would not repay a signed copy.
 func amxKernel(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ldd int, s *amxScratch, co int) {
-	if m.Format == tensor.Q8_0 {
-		amxQ8(m, g, ngroups, in, i, dst, ldd, s, m.nb)
-		return
-	}
-	K, nb := in.K, m.nb
+	K, nb, gs := in.K, m.nb, m.groupStride()
 	_ = dst[15*ldd+ngroups*packRows-1]
 	_ = in.x16.q[(i+16)*K-1]
 	o := i / 16 * nb * amxEntry
 	_ = in.x16.xds[o+nb*amxEntry-1]
 	xq, xds, cfg, buf := &in.x16.q[i*K], &in.x16.xds[o], &amxConfig[0], &s.sums[0]
-	codes := s.codes[co : co+ngroups*nb*512]
-	if m.layout == layoutQ4K {
+	switch m.Format {
+	case tensor.Q8_0:
+		w := m.data[g*gs : (g+ngroups)*gs]
+		gemmQ8x16AMX(&w[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg, gs, false)
+		return
+	case tensor.Q4_K:
+		codes := s.codes[co : co+ngroups*nb*512]
 		nsb := m.Cols / tensor.QKK
 		w := m.data[g*nsb*q4SBCodes : (g+ngroups)*nsb*q4SBCodes]
 		hd := m.data[m.kqHeads+g*nsb*q5Head : m.kqHeads+(g+ngroups)*nsb*q5Head]
 		gemmQ4Kx16AMX(&w[0], &hd[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg, &codes[0])
 		return
 	}
-	gs := m.groupStride()
+	codes := s.codes[co : co+ngroups*nb*512]
 	w := m.data[g*gs : (g+ngroups)*gs]
-	gemmQ4x16AMX(&w[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg, &codes[0], gs, false)
+	gemmSx16AMX(&w[0], nb, ngroups, xq, K, xds, &dst[0], ldd*4, buf, cfg, &codes[0], gs, false, packBlockQ4)
 }
 
-// amxQ4Slices runs the Q4_0 kernel for the activation rows [0, m16) (whole
-// tiles) over the full weight groups [c0, c1), the columns in slices of
-// amxSliceBlocks blocks, as amxQ8 does, but slice-major: each slice of the
-// groups is unpacked once (2× its packed size), so the scratch that must
-// stay in L2 is that of one slice, not of the whole chunk, and the 4-bit
-// weights take Q8_0's big chunks. Between slices the float sums go through
+// amxSlices runs the signed kernel (Q8_0, Q4_0) for the activation rows
+// [0, m16) (whole tiles) over the full weight groups [c0, c1), the columns
+// in slices of amxSliceBlocks blocks, slice-major: each slice of the
+// groups is made signed once (Q8_0 copied, Q4_0 unpacked, both to 512
+// bytes a block) and every row tile passes over it, so the scratch that
+// must stay in L2 is one slice's codes, while an activation tile's slice
+// stays in L1 (amxSliceBlocks). Between slices the float sums go through
 // dst (exact), so the result is bit-identical to one pass.
-func amxQ4Slices(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1 int, s *amxScratch) {
-	K, nb, gs := in.K, m.nb, m.groupStride()
+func amxSlices(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1 int, s *amxScratch) {
+	K, nb, gs, bs := in.K, m.nb, m.groupStride(), packBlockBytes(m.Format)
 	if m16 == 0 || c1 <= c0 {
 		return
 	}
@@ -153,28 +150,18 @@ func amxQ4Slices(m *Matrix, dst []float32, ldd int, in *Input, m16, c0, c1 int, 
 			s.codes = make([]byte, need)
 		}
 		for g := range c1 - c0 {
-			unpackQ4AMX(&w[g*gs+b0*packBlockQ4+packScales], packBlockQ4, n, &s.codes[g*n*512])
+			src, codes := &w[g*gs+b0*bs+packScales], &s.codes[g*n*512]
+			if m.Format == tensor.Q8_0 {
+				signQ8AMX(src, bs, n, codes)
+			} else {
+				unpackQ4AMX(src, bs, n, codes, 8)
+			}
 		}
 		for i := 0; i < m16; i += 16 {
-			gemmQ4x16AMX(&w[b0*packBlockQ4], n, c1-c0, &in.x16.q[i*K+b0*QK], K,
+			gemmSx16AMX(&w[b0*bs], n, c1-c0, &in.x16.q[i*K+b0*QK], K,
 				&in.x16.xds[(i/16*nb+b0)*amxEntry], &dst[i*ldd+c0*packRows], ldd*4,
-				&s.sums[0], &amxConfig[0], &s.codes[0], gs, b0 > 0)
+				&s.sums[0], &amxConfig[0], &s.codes[0], gs, b0 > 0, bs)
 		}
-	}
-}
-
-// amxQ8 runs the Q8_0 kernel for ngroups groups from g × the activation
-// rows [i, i+16), the columns in slices of slice blocks (even).
-func amxQ8(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ldd int, s *amxScratch, slice int) {
-	K, nb, gs := in.K, m.nb, m.groupStride()
-	_ = dst[15*ldd+ngroups*packRows-1]
-	_ = in.x16.q[(i+16)*K-1]
-	o := i / 16 * nb * amxEntry
-	_ = in.x16.xds[o+nb*amxEntry-1]
-	w := m.data[g*gs : (g+ngroups)*gs]
-	for b0 := 0; b0 < nb; b0 += slice {
-		gemmQ8x16AMX(&w[b0*packBlockQ8], min(slice, nb-b0), ngroups, &in.x16.q[i*K+b0*QK], K,
-			&in.x16.xds[o+b0*amxEntry], &dst[0], ldd*4, &s.sums[0], &amxConfig[0], gs, b0 > 0)
 	}
 }
 
@@ -182,13 +169,16 @@ func amxQ8(m *Matrix, g, ngroups int, in *Input, i int, dst []float32, ldd int, 
 func gemmQ8x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, gstride int, acc bool)
 
 //go:noescape
-func gemmQ4x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte, gstride int, acc bool)
+func gemmSx16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte, gstride int, acc bool, bstride int)
 
 //go:noescape
 func gemmQ4Kx16AMX(w, hd *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte)
 
 //go:noescape
-func unpackQ4AMX(src *byte, srcStride, nb int, dst *byte)
+func unpackQ4AMX(src *byte, srcStride, nb int, dst *byte, bias byte)
+
+//go:noescape
+func signQ8AMX(src *byte, srcStride, nb int, dst *byte)
 
 // amxOn: the AMX kernels run (tests turn VNNI off to check the other
 // paths, which takes AMX with it).

@@ -2,14 +2,17 @@
 
 // AMX (Advanced Matrix Extensions, INT8) prefill kernels for the packed
 // Q8_0, Q4_0 and Q4_K layouts: 16 activation rows × 16 weight rows per
-// tile. Per block of 32 values one TDPBSUD (signed int8 activations ×
-// unsigned weight codes) gives the 16×16 exact int32 block sums, which
-// TILESTORED writes to a scratch buffer; the float steps then run on zmm
-// registers exactly as in the VNNI kernels (vnni8_amd64.s SCALE8,
-// kquant5_amd64.s ROW5F: the same operands, the same order), so every
+// tile. Per block of 32 values one tile product gives the 16×16 exact
+// int32 block sums, which TILESTORED writes to a scratch buffer: TDPBSUD
+// (signed int8 activations × the unsigned codes as packed) for Q8_0 in
+// small batches and Q4_K, TDPBSSD on codes made signed per column slice
+// for Q8_0 and Q4_0 otherwise (gemmSx16AMX). The float steps then run on
+// zmm registers as in the VNNI kernels (vnni8_amd64.s SCALE8,
+// kquant5_amd64.s ROW5F: the same operands, the same order; the signed
+// kernel drops the exact integer correction add, see there), so every
 // output is bit-identical to the one the 1-, 4- and 8-row kernels give and
 // the result of a row does not depend on the batch (amx_amd64.go).
-//
+
 // The Go assembler has no AMX mnemonics: the instructions are BYTE
 // sequences (encodings from llvm-mc, in AT&T syntax beside each).
 //
@@ -19,7 +22,9 @@
 // load right after a tile store stalls until the store completes).
 // Measured (BenchmarkAMX, one thread's CPU time, [3072, 1024], M = 512, a
 // loaded 2-vCPU VM): Q8_0 238 → 341 GMAC/s over the 8-row VNNI kernel,
-// Q4_K 186 → 268, Q4_0 234 → 267 (then unpacked per pair and activation tile). Q6_K, whose scales
+// Q4_K 186 → 268, Q4_0 234 → 267 (then unpacked per pair and activation
+// tile, with the correction add; see gemmSx16AMX for the signed kernel's
+// figures). Q6_K, whose scales
 // are per 16 values, would need two tile products and stores per block
 // and measured no faster: it stays on VNNI.
 //
@@ -32,8 +37,9 @@
 // Scratch (R10, amxScratch): sums of the pair in slot s at s·2048 (even
 // block) and s·2048+1024 (odd).
 //
-// Registers: SI weight codes of the pair being finished (Q8_0: BX the
-// group's first block, R15 scratch; Q4_0: R15 the group's first block), AX groups left,
+// Registers: SI weight codes (scales) of the pair being finished (Q8_0:
+// BX the group's first block, R15 scratch; signed: R15 the group's first
+// block, R13 the block stride once the configuration is loaded), AX groups left,
 // CX pairs left, DI dst of activation row 0 for the current group, DX dst
 // row stride (bytes), R8 activation quants of the pair, R9 kstride, R11
 // the interleaved scales and corrections of the 16 activation rows
@@ -498,21 +504,24 @@ gemmq8x16amxdone:
 	VZEROUPPER
 	RET
 
-// The 4-bit kernels read codes that unpackQ4AMX has unpacked to bytes
-// (512 bytes per block, tile rows 0-3 the low nibbles, 4-7 the high ones;
-// the groups back to back), once for every activation tile that passes
-// over them; SI still walks the packed blocks for their scales (Q4_0).
+// The 4-bit and signed kernels read codes that unpackQ4AMX or signQ8AMX
+// wrote as bytes (512 bytes per block, a tile of 8 rows × 64; 4-bit: tile
+// rows 0-3 the low nibbles, 4-7 the high ones; the groups back to back),
+// once for every activation tile that passes over them; SI still walks
+// the packed blocks for their scales.
 
-// func unpackQ4AMX(src *byte, srcStride, nb int, dst *byte)
+// func unpackQ4AMX(src *byte, srcStride, nb int, dst *byte, bias byte)
 // The nibble chunks of nb blocks (src, src+srcStride, ...: 4 chunks of 64
-// bytes each) to 512 bytes of codes per block at dst.
-TEXT ·unpackQ4AMX(SB), NOSPLIT, $0-32
+// bytes each) to 512 bytes of codes per block at dst, bias subtracted
+// from each (8: the signed codes of gemmSx16AMX).
+TEXT ·unpackQ4AMX(SB), NOSPLIT, $0-33
 	MOVQ src+0(FP), SI
 	MOVQ srcStride+8(FP), AX
 	MOVQ nb+16(FP), CX
 	MOVQ dst+24(FP), R10
 	MOVL $0x0f0f0f0f, BX
 	VPBROADCASTD BX, Z9
+	VPBROADCASTB bias+32(FP), Z10
 
 unpackq4loop:
 	VPANDD    0(SI), Z9, Z0
@@ -527,6 +536,14 @@ unpackq4loop:
 	VPANDD    Z9, Z5, Z5
 	VPANDD    Z9, Z6, Z6
 	VPANDD    Z9, Z7, Z7
+	VPSUBB    Z10, Z0, Z0
+	VPSUBB    Z10, Z1, Z1
+	VPSUBB    Z10, Z2, Z2
+	VPSUBB    Z10, Z3, Z3
+	VPSUBB    Z10, Z4, Z4
+	VPSUBB    Z10, Z5, Z5
+	VPSUBB    Z10, Z6, Z6
+	VPSUBB    Z10, Z7, Z7
 	VMOVDQU32 Z0, 0(R10)
 	VMOVDQU32 Z1, 64(R10)
 	VMOVDQU32 Z2, 128(R10)
@@ -542,11 +559,53 @@ unpackq4loop:
 	VZEROUPPER
 	RET
 
-// func gemmQ4x16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte, gstride int, acc bool)
-// nb blocks of each of ngroups groups gstride bytes apart, their codes nb·512
-// bytes apart (a slice of the columns, see amxQ4Slices); with acc the float
-// sums start from dst (those of the slices before) instead of 0.
-TEXT ·gemmQ4x16AMX(SB), NOSPLIT, $0-97
+// func signQ8AMX(src *byte, srcStride, nb int, dst *byte)
+// The codes of nb Q8_0 blocks (src, src+srcStride, ...: 512 bytes each,
+// q+128) to signed codes q, 512 bytes per block at dst (gemmSx16AMX).
+TEXT ·signQ8AMX(SB), NOSPLIT, $0-32
+	MOVQ src+0(FP), SI
+	MOVQ srcStride+8(FP), AX
+	MOVQ nb+16(FP), CX
+	MOVQ dst+24(FP), R10
+	MOVL $0x80808080, BX
+	VPBROADCASTD BX, Z9
+
+signq8loop:
+	VPXORD    0(SI), Z9, Z0
+	VPXORD    64(SI), Z9, Z1
+	VPXORD    128(SI), Z9, Z2
+	VPXORD    192(SI), Z9, Z3
+	VPXORD    256(SI), Z9, Z4
+	VPXORD    320(SI), Z9, Z5
+	VPXORD    384(SI), Z9, Z6
+	VPXORD    448(SI), Z9, Z7
+	VMOVDQU32 Z0, 0(R10)
+	VMOVDQU32 Z1, 64(R10)
+	VMOVDQU32 Z2, 128(R10)
+	VMOVDQU32 Z3, 192(R10)
+	VMOVDQU32 Z4, 256(R10)
+	VMOVDQU32 Z5, 320(R10)
+	VMOVDQU32 Z6, 384(R10)
+	VMOVDQU32 Z7, 448(R10)
+	ADDQ AX, SI
+	ADDQ $512, R10
+	DECQ CX
+	JNZ  signq8loop
+	VZEROUPPER
+	RET
+
+// func gemmSx16AMX(w *byte, nb, ngroups int, xq *int8, kstride int, xds *float32, dst *float32, lddBytes int, buf *byte, cfg *byte, codes *byte, gstride int, acc bool, bstride int)
+// The Q8_0 and Q4_0 kernel on signed weight codes: those of a column
+// slice made signed once (signQ8AMX: q, not q+128; unpackQ4AMX with bias
+// 8: q-8, not q), so TDPBSSD gives the exact block sums Σ x·q and the
+// float step drops the correction add of S128 or S8 (both sides are exact
+// integers below 2^24 in float32, so the bits are the unsigned kernels').
+// nb blocks of each of ngroups groups gstride bytes apart, bstride bytes
+// a block (packBlockQ8 or packBlockQ4: SI walks them for the scales), the
+// codes nb·512 bytes apart per group (amxSlices); with acc the float sums
+// start from dst (those of the slices before) instead of 0. R13 holds
+// bstride once the tile configuration is loaded.
+TEXT ·gemmSx16AMX(SB), NOSPLIT, $0-112
 	MOVQ w+0(FP), R15
 	MOVQ ngroups+16(FP), AX
 	MOVQ dst+48(FP), DI
@@ -556,19 +615,18 @@ TEXT ·gemmQ4x16AMX(SB), NOSPLIT, $0-97
 	MOVQ cfg+72(FP), R13
 	MOVQ $64, R12
 	BYTE $0xc4; BYTE $0xc2; BYTE $0x78; BYTE $0x49; BYTE $0x45; BYTE $0x00 // ldtilecfg (%r13)
-	MOVL $0x0f0f0f0f, BX
-	VPBROADCASTD BX, Z9
+	MOVQ bstride+104(FP), R13
 	MOVQ codes+80(FP), BX
 
-gemmq4x16amxgroup:
+gemmsx16amxgroup:
 	MOVQ R15, SI
 	MOVBLZX acc+96(FP), CX
 	TESTQ CX, CX
-	JZ gemmq4x16amxzero
+	JZ gemmsx16amxzero
 	LOADSUMS
-	JMP gemmq4x16amxsums
+	JMP gemmsx16amxsums
 
-gemmq4x16amxzero:
+gemmsx16amxzero:
 	VXORPS Z16, Z16, Z16
 	VXORPS Z17, Z17, Z17
 	VXORPS Z18, Z18, Z18
@@ -586,7 +644,7 @@ gemmq4x16amxzero:
 	VXORPS Z30, Z30, Z30
 	VXORPS Z31, Z31, Z31
 
-gemmq4x16amxsums:
+gemmsx16amxsums:
 	MOVQ nb+8(FP), CX
 	SHRQ $1, CX
 	MOVQ xq+24(FP), R8
@@ -594,318 +652,254 @@ gemmq4x16amxsums:
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x08 // tileloadd 0(%r8,%r9,1), %tmm4
 	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x23 // tileloadd 0(%rbx,%r12,1), %tmm6
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero %tmm0
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xc4 // tdpbsud %tmm6, %tmm4, %tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4b; BYTE $0x5e; BYTE $0xc4 // tdpbssd %tmm6, %tmm4, %tmm0
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x22 // tilestored %tmm0, 0(%r10,%r12,1)
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x6c; BYTE $0x08; BYTE $0x20 // tileloadd 32(%r8,%r9,1), %tmm5
 	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x23; BYTE $0x00; BYTE $0x02; BYTE $0x00; BYTE $0x00 // tileloadd 512(%rbx,%r12,1), %tmm7
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero %tmm1
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xcd // tdpbsud %tmm7, %tmm5, %tmm1
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x43; BYTE $0x5e; BYTE $0xcd // tdpbssd %tmm7, %tmm5, %tmm1
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x22; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tilestored %tmm1, 1024(%r10,%r12,1)
 
-gemmq4x16amxloop0:
+gemmsx16amxloop0:
 	CMPQ CX, $1
-	JLE gemmq4x16amxnt0
+	JLE gemmsx16amxnt0
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x64; BYTE $0x08; BYTE $0x40 // tileloadd 64(%r8,%r9,1), %tmm4
 	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x23; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tileloadd 1024(%rbx,%r12,1), %tmm6
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero %tmm0
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xc4 // tdpbsud %tmm6, %tmm4, %tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4b; BYTE $0x5e; BYTE $0xc4 // tdpbssd %tmm6, %tmm4, %tmm0
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x84; BYTE $0x22; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00 // tilestored %tmm0, 2048(%r10,%r12,1)
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x6c; BYTE $0x08; BYTE $0x60 // tileloadd 96(%r8,%r9,1), %tmm5
 	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x23; BYTE $0x00; BYTE $0x06; BYTE $0x00; BYTE $0x00 // tileloadd 1536(%rbx,%r12,1), %tmm7
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero %tmm1
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xcd // tdpbsud %tmm7, %tmm5, %tmm1
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x43; BYTE $0x5e; BYTE $0xcd // tdpbssd %tmm7, %tmm5, %tmm1
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x22; BYTE $0x00; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // tilestored %tmm1, 3072(%r10,%r12,1)
-gemmq4x16amxnt0:
+gemmsx16amxnt0:
 	VCVTPH2PS 0(SI), Z8
 	VCVTDQ2PS   0(R10), Z0
-	VADDPS.BCST 128(R11), Z0, Z0
 	VMULPS.BCST 0(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z16
 	VCVTDQ2PS   64(R10), Z2
-	VADDPS.BCST 132(R11), Z2, Z2
 	VMULPS.BCST 4(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z17
 	VCVTDQ2PS   128(R10), Z4
-	VADDPS.BCST 136(R11), Z4, Z4
 	VMULPS.BCST 8(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z18
 	VCVTDQ2PS   192(R10), Z6
-	VADDPS.BCST 140(R11), Z6, Z6
 	VMULPS.BCST 12(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z19
 	VCVTDQ2PS   256(R10), Z0
-	VADDPS.BCST 144(R11), Z0, Z0
 	VMULPS.BCST 16(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z20
 	VCVTDQ2PS   320(R10), Z2
-	VADDPS.BCST 148(R11), Z2, Z2
 	VMULPS.BCST 20(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z21
 	VCVTDQ2PS   384(R10), Z4
-	VADDPS.BCST 152(R11), Z4, Z4
 	VMULPS.BCST 24(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z22
 	VCVTDQ2PS   448(R10), Z6
-	VADDPS.BCST 156(R11), Z6, Z6
 	VMULPS.BCST 28(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z23
 	VCVTDQ2PS   512(R10), Z0
-	VADDPS.BCST 160(R11), Z0, Z0
 	VMULPS.BCST 32(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z24
 	VCVTDQ2PS   576(R10), Z2
-	VADDPS.BCST 164(R11), Z2, Z2
 	VMULPS.BCST 36(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z25
 	VCVTDQ2PS   640(R10), Z4
-	VADDPS.BCST 168(R11), Z4, Z4
 	VMULPS.BCST 40(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z26
 	VCVTDQ2PS   704(R10), Z6
-	VADDPS.BCST 172(R11), Z6, Z6
 	VMULPS.BCST 44(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z27
 	VCVTDQ2PS   768(R10), Z0
-	VADDPS.BCST 176(R11), Z0, Z0
 	VMULPS.BCST 48(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z28
 	VCVTDQ2PS   832(R10), Z2
-	VADDPS.BCST 180(R11), Z2, Z2
 	VMULPS.BCST 52(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z29
 	VCVTDQ2PS   896(R10), Z4
-	VADDPS.BCST 184(R11), Z4, Z4
 	VMULPS.BCST 56(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z30
 	VCVTDQ2PS   960(R10), Z6
-	VADDPS.BCST 188(R11), Z6, Z6
 	VMULPS.BCST 60(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z31
-	VCVTPH2PS 288(SI), Z8
+	VCVTPH2PS (SI)(R13*1), Z8
 	VCVTDQ2PS   1024(R10), Z0
-	VADDPS.BCST 320(R11), Z0, Z0
 	VMULPS.BCST 192(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z16
 	VCVTDQ2PS   1088(R10), Z2
-	VADDPS.BCST 324(R11), Z2, Z2
 	VMULPS.BCST 196(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z17
 	VCVTDQ2PS   1152(R10), Z4
-	VADDPS.BCST 328(R11), Z4, Z4
 	VMULPS.BCST 200(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z18
 	VCVTDQ2PS   1216(R10), Z6
-	VADDPS.BCST 332(R11), Z6, Z6
 	VMULPS.BCST 204(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z19
 	VCVTDQ2PS   1280(R10), Z0
-	VADDPS.BCST 336(R11), Z0, Z0
 	VMULPS.BCST 208(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z20
 	VCVTDQ2PS   1344(R10), Z2
-	VADDPS.BCST 340(R11), Z2, Z2
 	VMULPS.BCST 212(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z21
 	VCVTDQ2PS   1408(R10), Z4
-	VADDPS.BCST 344(R11), Z4, Z4
 	VMULPS.BCST 216(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z22
 	VCVTDQ2PS   1472(R10), Z6
-	VADDPS.BCST 348(R11), Z6, Z6
 	VMULPS.BCST 220(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z23
 	VCVTDQ2PS   1536(R10), Z0
-	VADDPS.BCST 352(R11), Z0, Z0
 	VMULPS.BCST 224(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z24
 	VCVTDQ2PS   1600(R10), Z2
-	VADDPS.BCST 356(R11), Z2, Z2
 	VMULPS.BCST 228(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z25
 	VCVTDQ2PS   1664(R10), Z4
-	VADDPS.BCST 360(R11), Z4, Z4
 	VMULPS.BCST 232(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z26
 	VCVTDQ2PS   1728(R10), Z6
-	VADDPS.BCST 364(R11), Z6, Z6
 	VMULPS.BCST 236(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z27
 	VCVTDQ2PS   1792(R10), Z0
-	VADDPS.BCST 368(R11), Z0, Z0
 	VMULPS.BCST 240(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z28
 	VCVTDQ2PS   1856(R10), Z2
-	VADDPS.BCST 372(R11), Z2, Z2
 	VMULPS.BCST 244(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z29
 	VCVTDQ2PS   1920(R10), Z4
-	VADDPS.BCST 376(R11), Z4, Z4
 	VMULPS.BCST 248(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z30
 	VCVTDQ2PS   1984(R10), Z6
-	VADDPS.BCST 380(R11), Z6, Z6
 	VMULPS.BCST 252(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z31
-	ADDQ $576, SI
+	LEAQ (SI)(R13*2), SI
 	ADDQ $64, R8
 	ADDQ $384, R11
 	ADDQ $1024, BX
 	DECQ CX
-	JZ gemmq4x16amxdone
+	JZ gemmsx16amxdone
 
-gemmq4x16amxloop1:
+gemmsx16amxloop1:
 	CMPQ CX, $1
-	JLE gemmq4x16amxnt1
+	JLE gemmsx16amxnt1
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x64; BYTE $0x08; BYTE $0x40 // tileloadd 64(%r8,%r9,1), %tmm4
 	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x23; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tileloadd 1024(%rbx,%r12,1), %tmm6
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero %tmm0
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5e; BYTE $0xc4 // tdpbsud %tmm6, %tmm4, %tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4b; BYTE $0x5e; BYTE $0xc4 // tdpbssd %tmm6, %tmm4, %tmm0
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x22 // tilestored %tmm0, 0(%r10,%r12,1)
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x6c; BYTE $0x08; BYTE $0x60 // tileloadd 96(%r8,%r9,1), %tmm5
 	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x23; BYTE $0x00; BYTE $0x06; BYTE $0x00; BYTE $0x00 // tileloadd 1536(%rbx,%r12,1), %tmm7
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero %tmm1
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5e; BYTE $0xcd // tdpbsud %tmm7, %tmm5, %tmm1
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x43; BYTE $0x5e; BYTE $0xcd // tdpbssd %tmm7, %tmm5, %tmm1
 	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x22; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tilestored %tmm1, 1024(%r10,%r12,1)
-gemmq4x16amxnt1:
+gemmsx16amxnt1:
 	VCVTPH2PS 0(SI), Z8
 	VCVTDQ2PS   2048(R10), Z0
-	VADDPS.BCST 128(R11), Z0, Z0
 	VMULPS.BCST 0(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z16
 	VCVTDQ2PS   2112(R10), Z2
-	VADDPS.BCST 132(R11), Z2, Z2
 	VMULPS.BCST 4(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z17
 	VCVTDQ2PS   2176(R10), Z4
-	VADDPS.BCST 136(R11), Z4, Z4
 	VMULPS.BCST 8(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z18
 	VCVTDQ2PS   2240(R10), Z6
-	VADDPS.BCST 140(R11), Z6, Z6
 	VMULPS.BCST 12(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z19
 	VCVTDQ2PS   2304(R10), Z0
-	VADDPS.BCST 144(R11), Z0, Z0
 	VMULPS.BCST 16(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z20
 	VCVTDQ2PS   2368(R10), Z2
-	VADDPS.BCST 148(R11), Z2, Z2
 	VMULPS.BCST 20(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z21
 	VCVTDQ2PS   2432(R10), Z4
-	VADDPS.BCST 152(R11), Z4, Z4
 	VMULPS.BCST 24(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z22
 	VCVTDQ2PS   2496(R10), Z6
-	VADDPS.BCST 156(R11), Z6, Z6
 	VMULPS.BCST 28(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z23
 	VCVTDQ2PS   2560(R10), Z0
-	VADDPS.BCST 160(R11), Z0, Z0
 	VMULPS.BCST 32(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z24
 	VCVTDQ2PS   2624(R10), Z2
-	VADDPS.BCST 164(R11), Z2, Z2
 	VMULPS.BCST 36(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z25
 	VCVTDQ2PS   2688(R10), Z4
-	VADDPS.BCST 168(R11), Z4, Z4
 	VMULPS.BCST 40(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z26
 	VCVTDQ2PS   2752(R10), Z6
-	VADDPS.BCST 172(R11), Z6, Z6
 	VMULPS.BCST 44(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z27
 	VCVTDQ2PS   2816(R10), Z0
-	VADDPS.BCST 176(R11), Z0, Z0
 	VMULPS.BCST 48(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z28
 	VCVTDQ2PS   2880(R10), Z2
-	VADDPS.BCST 180(R11), Z2, Z2
 	VMULPS.BCST 52(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z29
 	VCVTDQ2PS   2944(R10), Z4
-	VADDPS.BCST 184(R11), Z4, Z4
 	VMULPS.BCST 56(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z30
 	VCVTDQ2PS   3008(R10), Z6
-	VADDPS.BCST 188(R11), Z6, Z6
 	VMULPS.BCST 60(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z31
-	VCVTPH2PS 288(SI), Z8
+	VCVTPH2PS (SI)(R13*1), Z8
 	VCVTDQ2PS   3072(R10), Z0
-	VADDPS.BCST 320(R11), Z0, Z0
 	VMULPS.BCST 192(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z16
 	VCVTDQ2PS   3136(R10), Z2
-	VADDPS.BCST 324(R11), Z2, Z2
 	VMULPS.BCST 196(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z17
 	VCVTDQ2PS   3200(R10), Z4
-	VADDPS.BCST 328(R11), Z4, Z4
 	VMULPS.BCST 200(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z18
 	VCVTDQ2PS   3264(R10), Z6
-	VADDPS.BCST 332(R11), Z6, Z6
 	VMULPS.BCST 204(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z19
 	VCVTDQ2PS   3328(R10), Z0
-	VADDPS.BCST 336(R11), Z0, Z0
 	VMULPS.BCST 208(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z20
 	VCVTDQ2PS   3392(R10), Z2
-	VADDPS.BCST 340(R11), Z2, Z2
 	VMULPS.BCST 212(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z21
 	VCVTDQ2PS   3456(R10), Z4
-	VADDPS.BCST 344(R11), Z4, Z4
 	VMULPS.BCST 216(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z22
 	VCVTDQ2PS   3520(R10), Z6
-	VADDPS.BCST 348(R11), Z6, Z6
 	VMULPS.BCST 220(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z23
 	VCVTDQ2PS   3584(R10), Z0
-	VADDPS.BCST 352(R11), Z0, Z0
 	VMULPS.BCST 224(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z24
 	VCVTDQ2PS   3648(R10), Z2
-	VADDPS.BCST 356(R11), Z2, Z2
 	VMULPS.BCST 228(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z25
 	VCVTDQ2PS   3712(R10), Z4
-	VADDPS.BCST 360(R11), Z4, Z4
 	VMULPS.BCST 232(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z26
 	VCVTDQ2PS   3776(R10), Z6
-	VADDPS.BCST 364(R11), Z6, Z6
 	VMULPS.BCST 236(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z27
 	VCVTDQ2PS   3840(R10), Z0
-	VADDPS.BCST 368(R11), Z0, Z0
 	VMULPS.BCST 240(R11), Z8, Z1
 	VFMADD231PS Z1, Z0, Z28
 	VCVTDQ2PS   3904(R10), Z2
-	VADDPS.BCST 372(R11), Z2, Z2
 	VMULPS.BCST 244(R11), Z8, Z3
 	VFMADD231PS Z3, Z2, Z29
 	VCVTDQ2PS   3968(R10), Z4
-	VADDPS.BCST 376(R11), Z4, Z4
 	VMULPS.BCST 248(R11), Z8, Z5
 	VFMADD231PS Z5, Z4, Z30
 	VCVTDQ2PS   4032(R10), Z6
-	VADDPS.BCST 380(R11), Z6, Z6
 	VMULPS.BCST 252(R11), Z8, Z7
 	VFMADD231PS Z7, Z6, Z31
-	ADDQ $576, SI
+	LEAQ (SI)(R13*2), SI
 	ADDQ $64, R8
 	ADDQ $384, R11
 	ADDQ $1024, BX
 	DECQ CX
-	JZ gemmq4x16amxdone
-	JMP gemmq4x16amxloop0
+	JZ gemmsx16amxdone
+	JMP gemmsx16amxloop0
 
-gemmq4x16amxdone:
+gemmsx16amxdone:
 	MOVQ DI, R14
 	VMOVUPS Z16, (R14)
 	ADDQ DX, R14
@@ -941,10 +935,11 @@ gemmq4x16amxdone:
 	ADDQ $64, DI
 	ADDQ gstride+88(FP), R15
 	DECQ AX
-	JNZ gemmq4x16amxgroup
+	JNZ gemmsx16amxgroup
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // tilerelease
 	VZEROUPPER
 	RET
+
 
 // The Q4_K kernel: the layout of kquant5.go (codes 256 bytes per block,
 // heads at R15); at each super-block d (Z8) and dmin/128 (Z12), per block

@@ -14,14 +14,15 @@ import (
 // (8-, 4- and 1-row) for every output: Q8_0, Q4_0 and Q4_K, batches with
 // 16-row tiles, padded last tiles and tails of other kernels, partial
 // last weight groups, the weight rows in worker-sized ranges, the columns
-// in whole and partial slices (amxSliceBlocks; Q4_0 with a padded last
-// tile and partial groups beside them).
+// in whole and partial slices (amxSliceBlocks, with a padded last tile
+// and partial groups beside them), and the whole matrix in one call (the
+// groups in several chunks, amxChunk).
 func TestAMXBitIdentical(t *testing.T) {
 	if !useAMX {
 		t.Skip("no AMX on this machine")
 	}
 	r := rand.New(rand.NewPCG(91, 92))
-	shapes := []struct{ N, K int }{{40, 512}, {300, 1024}, {37, 3072}, {50, 2304}}
+	shapes := []struct{ N, K int }{{40, 512}, {300, 1024}, {37, 3072}, {50, 2304}, {1100, 1024}}
 	for _, f := range []tensor.Format{tensor.Q8_0, tensor.Q4_0, tensor.Q4_K} {
 		for _, sh := range shapes {
 			var m *Matrix
@@ -38,7 +39,7 @@ func TestAMXBitIdentical(t *testing.T) {
 			for _, M := range []int{8, 15, 16, 17, 24, 33, 41, 48, 64, 77, 96} {
 				t.Run(fmt.Sprintf("%v/%dx%d/M%d", f, sh.N, sh.K, M), func(t *testing.T) {
 					x := randF32(r, M*sh.K)
-					run := func(amx bool) []float32 {
+					run := func(amx bool, step int) []float32 {
 						defer func(v bool) { useAMX = v }(useAMX)
 						useAMX = amx
 						var in Input
@@ -49,24 +50,27 @@ func TestAMXBitIdentical(t *testing.T) {
 						for i := range got {
 							got[i] = float32(math.NaN())
 						}
-						step := 16 * (1 + M%3)
 						for n0 := 0; n0 < sh.N; n0 += step {
 							m.MatMul(got, sh.N, &in, n0, min(sh.N, n0+step))
 						}
 						return got
 					}
-					want, got := run(false), run(true)
-					bad := 0
-					for k, v := range got {
-						if math.Float32bits(v) != math.Float32bits(want[k]) {
-							if bad < 3 {
-								t.Errorf("row %d col %d: vnni %v, amx %v", k/sh.N, k%sh.N, want[k], v)
+					step := 16 * (1 + M%3)
+					want := run(false, step)
+					for _, step := range []int{step, sh.N} {
+						got := run(true, step)
+						bad := 0
+						for k, v := range got {
+							if math.Float32bits(v) != math.Float32bits(want[k]) {
+								if bad < 3 {
+									t.Errorf("rows in %d: row %d col %d: vnni %v, amx %v", step, k/sh.N, k%sh.N, want[k], v)
+								}
+								bad++
 							}
-							bad++
 						}
-					}
-					if bad > 0 {
-						t.Errorf("%d of %d outputs differ", bad, len(got))
+						if bad > 0 {
+							t.Errorf("rows in %d: %d of %d outputs differ", step, bad, len(got))
+						}
 					}
 				})
 			}
@@ -124,9 +128,9 @@ func BenchmarkAMX(b *testing.B) {
 // locked thread; cpuGMAC/s counts this thread's CPU time only.
 // At K ≥ 2048 an activation tile outgrows L1 and all 512 rows outgrow L2,
 // which the [3072, 1024] shape of BenchmarkAMX does not show. Against
-// the defaults: one pass over the columns (slice K/32), and that with
-// 128 KiB chunks (the kernel before either; Q4_0 chunks are capped by
-// amxQ4SliceCodes, see amxChunk).
+// the defaults: 1 MiB chunks, one slice over all the columns (slice K/32),
+// and that with 128 KiB chunks (chunks are also capped by amxSliceCodes,
+// see amxChunk).
 func BenchmarkAMXShapes(b *testing.B) {
 	if !useAMX {
 		b.Skip("no AMX on this machine")
@@ -148,7 +152,7 @@ func BenchmarkAMXShapes(b *testing.B) {
 		in.Reset(randF32(r, M*sh.K), M, sh.K)
 		in.QuantizeRows(0, M)
 		dst := make([]float32, M*sh.N)
-		for _, v := range []struct{ chunk, slice int }{{amxChunkBytes, amxSliceBlocks}, {amxChunkBytes, sh.K / QK}, {packChunkBytes, sh.K / QK}} {
+		for _, v := range []struct{ chunk, slice int }{{amxChunkBytes, amxSliceBlocks}, {1 << 20, amxSliceBlocks}, {amxChunkBytes, sh.K / QK}, {packChunkBytes, sh.K / QK}} {
 			b.Run(fmt.Sprintf("%v/%dx%d/chunk%dK/slice%d", sh.f, sh.N, sh.K, v.chunk>>10, v.slice), func(b *testing.B) {
 				defer func(c, s int) { amxChunkBytes, amxSliceBlocks = c, s }(amxChunkBytes, amxSliceBlocks)
 				amxChunkBytes, amxSliceBlocks = v.chunk, v.slice

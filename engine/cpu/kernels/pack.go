@@ -175,47 +175,47 @@ func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 }
 
 // packChunkBytes is the weight bytes of a chunk of groups that every
-// activation row passes over, amxChunkBytes the same when the AMX kernels
-// take the rows of Q8_0 weights (variables for A/B benchmarks,
-// BenchmarkAMXShapes): a chunk stays in L2 (2 MiB a core) while each
-// 16-row activation tile passes over it, and the activations, which
-// outgrow L2 at M = 512 and K ≥ 2048, stream from L3 once per chunk, so
-// bigger chunks stream them less often (1 MiB: 12288×4096 +30%, 4096×2048
-// +15% over 128 KiB).
-var packChunkBytes, amxChunkBytes = 128 << 10, 1 << 20
+// activation row passes over, amxChunkBytes the most for the sliced AMX
+// kernels (amxChunk; variables for A/B benchmarks, BenchmarkAMXShapes).
+// Without slices a chunk stays in L2 (2 MiB a core) while each 16-row
+// activation tile passes over it; with them only one slice's signed codes
+// must (amxSliceCodes), so the chunk can outgrow L2. The activations,
+// which outgrow L2 at M = 512 and K ≥ 2048, stream from L3 once per
+// chunk, so bigger chunks stream them less often (M = 512, thread CPU,
+// over 1 MiB: Q8_0 12288×4096 +8%, 4096×2048 +6%, Q4_0 2048×4096 +10%).
+var packChunkBytes, amxChunkBytes = 128 << 10, 4 << 20
 
-// amxSliceBlocks is the blocks of a column slice of the Q8_0 kernel (a
-// variable for A/B benchmarks): an activation tile's slice (16 rows × 32
-// blocks: 16 KiB of quants, 6 KiB of scales) stays in L1 while the
-// chunk's weight groups, in L2, pass under it; at K = 4096 the whole tile
-// (112 KiB) does not fit L1, and the same 16 rows at K-byte strides
-// share a few L1 sets. Between slices the float sums go through dst: the
-// kernel reloads them (float32, exact) and goes on with the next blocks
-// in the same order, so the result is bit-identical to one pass.
+// amxSliceBlocks is the blocks of a column slice of the signed AMX
+// kernel (amxSlices; a variable for A/B benchmarks): an activation tile's
+// slice (16 rows × 32 blocks: 16 KiB of quants, 6 KiB of scales) stays in
+// L1 while the chunk's signed codes, in L2, pass under it; at K = 4096
+// the whole tile (112 KiB) does not fit L1, and the same 16 rows at
+// K-byte strides share a few L1 sets. Between slices the float sums go
+// through dst: the kernel reloads them (float32, exact) and goes on with
+// the next blocks in the same order, so the result is bit-identical to
+// one pass.
 var amxSliceBlocks = 32
 
-// amxQ4SliceCodes is the unpacked codes of one column slice of a Q4_0
-// chunk (amxQ4Slices; a variable for A/B benchmarks): twice the packed
-// slice, in L2 while the row tiles pass over it. 512 KiB measured best or
-// as good at K = 1024-4096 (BenchmarkAMXShapes).
-var amxQ4SliceCodes = 512 << 10
+// amxSliceCodes is the signed codes of one column slice of a chunk
+// (amxSlices; a variable for A/B benchmarks), 512 bytes a block, in L2
+// while the row tiles pass over it. 512 KiB measured best or as good for
+// Q4_0 at K = 1024-4096 (BenchmarkAMXShapes).
+var amxSliceCodes = 512 << 10
 
 // amxChunk is the weight bytes of a chunk for the AMX kernels at batches
-// of amxBlockRows and more: amxChunkBytes for Q8_0, for Q4_0 as much as
-// keeps a slice's codes to amxQ4SliceCodes (256 KiB at K = 1024, 1 MiB at
-// K = 4096), and packChunkBytes for Q4_K (unpacked per chunk, no slices).
+// of amxBlockRows and more: for Q8_0 and Q4_0 as much as keeps a slice's
+// codes to amxSliceCodes, at most amxChunkBytes (Q4_0: 256 KiB at
+// K = 1024, 1 MiB at K = 4096), and packChunkBytes for Q4_K (unpacked per
+// chunk, no slices).
 func amxChunk(m *Matrix) int {
-	switch m.Format {
-	case tensor.Q8_0:
-		return amxChunkBytes
-	case tensor.Q4_0:
-		return min(amxChunkBytes, amxQ4SliceCodes/2*m.nb/min(m.nb, amxSliceBlocks))
+	if m.Format == tensor.Q4_K {
+		return packChunkBytes
 	}
-	return packChunkBytes
+	return min(amxChunkBytes, amxSliceCodes/512*packBlockBytes(m.Format)*m.nb/min(m.nb, amxSliceBlocks))
 }
 
-// amxBlockRows: Q8_0 batches of at least this many AMX rows take
-// amxChunkBytes and the column slices (amxSliceBlocks); smaller ones (the
+// amxBlockRows: Q8_0 and Q4_0 batches of at least this many AMX rows take
+// big chunks (amxChunk) and the signed column slices (amxSlices); smaller ones (the
 // MoE experts' 16–40 rows, whose weights stream from memory for one or two
 // tiles) keep 128 KiB chunks in one pass, which measured as fast or faster
 // there (a variable for A/B benchmarks).
