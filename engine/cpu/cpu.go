@@ -119,6 +119,7 @@ type Backend struct {
 	kvQ8          bool          // Config.KVQ8
 	preciseHybrid bool          // Config.PreciseHybrid
 	rope          ropeCache     // the last Rope call's angles (ops.go)
+	tensors       tensorPool    // released activations' memory (tensorpool.go)
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -156,10 +157,13 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// scratchBuf returns worker w's scratch of at least n floats.
+// scratchBuf returns worker w's scratch of at least n floats. It grows
+// by a quarter more than asked: decode attention asks for a little more
+// every token (its scratch follows the cache length), and a buffer of
+// exactly n was reallocated, and its fresh pages faulted in, every step.
 func (b *Backend) scratchBuf(w, n int) []float32 {
 	if cap(b.scratch[w]) < n {
-		b.scratch[w] = make([]float32, n)
+		b.scratch[w] = make([]float32, n, n+n/4)
 	}
 	return b.scratch[w][:n]
 }
@@ -186,7 +190,7 @@ func (b *Backend) NewTensor(rows, cols int) engine.Tensor {
 	if rows < 0 || cols < 0 {
 		panic(fmt.Sprintf("cpu: tensor shape [%d, %d]", rows, cols))
 	}
-	return &Tensor{rows: rows, cols: cols, data: make([]float32, rows*cols)}
+	return &Tensor{rows: rows, cols: cols, data: b.tensors.get(rows * cols)}
 }
 
 func tt(t engine.Tensor) *Tensor { return t.(*Tensor) }
@@ -210,8 +214,13 @@ func (b *Backend) Read(t engine.Tensor, dst []float32) error {
 	return nil
 }
 
-// Release drops the tensor's memory (left to the garbage collector).
-func (b *Backend) Release(t engine.Tensor) { tt(t).data = nil }
+// Release keeps the tensor's memory for a later NewTensor (tensorPool)
+// or leaves it to the garbage collector.
+func (b *Backend) Release(t engine.Tensor) {
+	d := tt(t)
+	b.tensors.put(d.data)
+	d.data = nil
+}
 
 // Weight is a CPU-resident weight in its stored format.
 type Weight struct {
