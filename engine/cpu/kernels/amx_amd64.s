@@ -510,6 +510,21 @@ gemmq8x16amxdone:
 // once for every activation tile that passes over them; SI still walks
 // the packed blocks for their scales.
 
+// NEXTCODES stores a block's 512 bytes of codes Z0-Z7 at R10 and steps
+// to the next block (SI by the stride AX, R10 by 512; CX blocks left).
+#define NEXTCODES \
+	VMOVDQU32 Z0, 0(R10);   \
+	VMOVDQU32 Z1, 64(R10);  \
+	VMOVDQU32 Z2, 128(R10); \
+	VMOVDQU32 Z3, 192(R10); \
+	VMOVDQU32 Z4, 256(R10); \
+	VMOVDQU32 Z5, 320(R10); \
+	VMOVDQU32 Z6, 384(R10); \
+	VMOVDQU32 Z7, 448(R10); \
+	ADDQ AX, SI;            \
+	ADDQ $512, R10;         \
+	DECQ CX
+
 // func unpackQ4AMX(src *byte, srcStride, nb int, dst *byte, bias byte)
 // The nibble chunks of nb blocks (src, src+srcStride, ...: 4 chunks of 64
 // bytes each) to 512 bytes of codes per block at dst, bias subtracted
@@ -544,17 +559,7 @@ unpackq4loop:
 	VPSUBB    Z10, Z5, Z5
 	VPSUBB    Z10, Z6, Z6
 	VPSUBB    Z10, Z7, Z7
-	VMOVDQU32 Z0, 0(R10)
-	VMOVDQU32 Z1, 64(R10)
-	VMOVDQU32 Z2, 128(R10)
-	VMOVDQU32 Z3, 192(R10)
-	VMOVDQU32 Z4, 256(R10)
-	VMOVDQU32 Z5, 320(R10)
-	VMOVDQU32 Z6, 384(R10)
-	VMOVDQU32 Z7, 448(R10)
-	ADDQ AX, SI
-	ADDQ $512, R10
-	DECQ CX
+	NEXTCODES
 	JNZ  unpackq4loop
 	VZEROUPPER
 	RET
@@ -579,17 +584,7 @@ signq8loop:
 	VPXORD    320(SI), Z9, Z5
 	VPXORD    384(SI), Z9, Z6
 	VPXORD    448(SI), Z9, Z7
-	VMOVDQU32 Z0, 0(R10)
-	VMOVDQU32 Z1, 64(R10)
-	VMOVDQU32 Z2, 128(R10)
-	VMOVDQU32 Z3, 192(R10)
-	VMOVDQU32 Z4, 256(R10)
-	VMOVDQU32 Z5, 320(R10)
-	VMOVDQU32 Z6, 384(R10)
-	VMOVDQU32 Z7, 448(R10)
-	ADDQ AX, SI
-	ADDQ $512, R10
-	DECQ CX
+	NEXTCODES
 	JNZ  signq8loop
 	VZEROUPPER
 	RET
