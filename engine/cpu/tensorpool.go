@@ -10,7 +10,13 @@ import (
 // powers of two), up to poolMaxBytes in all. A decode step allocates the
 // same big tensors every token (the logits: 1 MB at a 248k vocabulary);
 // fresh from the heap each one cost its page faults again, ~0.6 ms of a
-// 35b token on the thread that the other workers wait for.
+// 35b token on the thread that the other workers wait for. A prefill pass
+// of 512 tokens releases 31-170 MiB (qwen3-30b-a3b to qwen3.5-9b), which
+// the next pass takes again instead of faulting it in (qwen3.6-35b-a3b:
+// 11.7k → 4.4k minor faults a pass at 64 MiB → 256 MiB). Fresh buffers
+// on transparent huge pages (kernels.AdviseHuge) took fewer faults but
+// more CPU in a process's first pass (qwen3-30b-a3b: 404-409 → 425-447
+// ms), so they stay on the heap's pages.
 type tensorPool struct {
 	mu    sync.Mutex
 	free  [64][][]float32 // by log2 of the capacity
@@ -19,7 +25,7 @@ type tensorPool struct {
 
 const (
 	poolMinFloats = 16 << 10 // 64 KiB: smaller ones come from the allocator's caches
-	poolMaxBytes  = 64 << 20
+	poolMaxBytes  = 256 << 20
 )
 
 // get returns a zeroed buffer of n floats (capacity its size class),
