@@ -508,9 +508,6 @@ func CanonicalInto(r Runner, d Dims, in Inputs, pos, prompt int, from, to, out [
 	})
 }
 
-// up8 rounds n up to a multiple of 8 (the kernels' vector width; ChunkSize is one).
-func up8(n int) int { return (n + 7) &^ 7 }
-
 // chunkedHead runs rows [t0, t1) in chunks: the first of at most first rows, then of
 // ChunkSize. With round, the state is rounded to float32 between chunks (the caller
 // stores, or rounds, it after the last one).
@@ -539,7 +536,7 @@ func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, 
 		KT := kp.KT[ci*dk*C : (ci+1)*dk*C]                           // Kᵀ: KT[x*C+j] = k_j[x]
 		KK, QK := kp.KK[ci*C*C:(ci+1)*C*C], kp.QK[ci*C*C:(ci+1)*C*C] // k_i.k_j, q_i.k_j
 		if !made {
-			keyChunk(d, hd.k[c0*dk:(c0+L)*dk], hd.q[c0*dk:(c0+L)*dk], L, KT, KK, QK)
+			ops64.keyChunk(d, hd.k[c0*dk:(c0+L)*dk], hd.q[c0*dk:(c0+L)*dk], L, KT, KK, QK)
 		}
 		q := hd.q[c0*dk : (c0+L)*dk]
 		k := hd.k[c0*dk : (c0+L)*dk]
@@ -611,27 +608,6 @@ func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, 
 			roundState(S)
 		}
 	}
-}
-
-// keyChunk fills a chunk's Kᵀ (KT[x*C+j] = k_j[x]), K Kᵀ and Q Kᵀ (row stride
-// ChunkSize) from its L rows of normalised k and q.
-func keyChunk(d Dims, k, q []float64, L int, KT, KK, QK []float64) {
-	dk, C, Lp := d.KeyDim, ChunkSize, up8(L)
-	// Transposed in blocks of 8 rows: each written line of KT is whole.
-	for i0 := 0; i0 < L; i0 += 8 {
-		i1 := min(L, i0+8)
-		for x := 0; x < dk; x++ {
-			kt := KT[x*C+i0 : x*C+i1]
-			for i := range kt {
-				kt[i] = k[(i0+i)*dk+x]
-			}
-		}
-	}
-	// Columns up to Lp read KT's padding, never used.
-	clear(KK[:L*C])
-	clear(QK[:L*C])
-	gemm64(KK, C, k, dk, KT, C, L, dk, Lp, 1)
-	gemm64(QK, C, q, dk, KT, C, L, dk, Lp, 1)
 }
 
 // GatedRMSNorm applies, for each of the n rows of width dim in x, y = w * rmsnorm(x) *
