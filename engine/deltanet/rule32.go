@@ -15,53 +15,9 @@ import "math"
 // headData32 is one worker's float32 scratch: key head's normalised q (scaled) and k,
 // the chunk matrices (named as in chunkedHead) and the key products.
 type headData32 struct {
-	q, k                       []float32
+	keyData[float32]
 	eG, A, P, E, KTe, U, W, tq []float32
 	delta                      []float32
-	keys                       keyProducts[float32]
-}
-
-// gatherKey32 is gatherKey into float32 rows.
-func gatherKey32(d Dims, in Inputs, kh int, hd *headData32) {
-	T, dk := in.T, d.KeyDim
-	qs, _ := in.strides(d)
-	scale := 1 / math.Sqrt(float64(dk))
-	hd.q = grow(hd.q, T*dk)
-	hd.k = grow(hd.k, T*dk)
-	hd.keys.valid = false
-	row := func(dst []float32, src []float32, t int) ([]float32, []float32) {
-		return dst[t*dk : (t+1)*dk], src[t*qs+kh*dk : t*qs+(kh+1)*dk]
-	}
-	t := 0
-	for ; t+2 <= T; t += 2 {
-		var dst, x [4][]float32
-		dst[0], x[0] = row(hd.q, in.Q, t)
-		dst[1], x[1] = row(hd.k, in.K, t)
-		dst[2], x[2] = row(hd.q, in.Q, t+1)
-		dst[3], x[3] = row(hd.k, in.K, t+1)
-		ss := sumSquares4(x)
-		for j, sc := range [4]float64{scale, 1, scale, 1} {
-			scaleRow32(dst[j], x[j], sc/math.Sqrt(ss[j]+L2NormEps))
-		}
-	}
-	for ; t < T; t++ {
-		for j, sc := range [2]float64{scale, 1} {
-			dst, x := row([2][]float32{hd.q, hd.k}[j], [2][]float32{in.Q, in.K}[j], t)
-			var ss float64
-			for _, v := range x {
-				ss += float64(v) * float64(v)
-			}
-			scaleRow32(dst, x, sc/math.Sqrt(ss+L2NormEps))
-		}
-	}
-}
-
-// scaleRow32 writes x * inv into dst, rounded once.
-func scaleRow32(dst, x []float32, inv float64) {
-	dst = dst[:len(x)]
-	for i, v := range x {
-		dst[i] = float32(float64(v) * inv)
-	}
 }
 
 // rule32 runs the float32 rule for every value head: rows [0, prompt) chunked, the
