@@ -191,7 +191,7 @@ func GatesOn(r Runner, beta, g, b, a, aLog, dtBias []float32, T, nv int) {
 }
 
 // l2normScaled writes x * rsqrt(sum(x^2) + eps) * scale into dst.
-func l2normScaled(dst []float64, x []float32, scale float64) {
+func l2normScaled[F float32 | float64](dst []F, x []float32, scale float64) {
 	var ss float64
 	for _, v := range x {
 		ss += float64(v) * float64(v)
@@ -201,9 +201,9 @@ func l2normScaled(dst []float64, x []float32, scale float64) {
 
 // l2normScaled4 is l2normScaled of four rows of one length: each row's sum is its own
 // chain in increasing index order (the same bits), the four interleaved so that their
-// adds overlap instead of each waiting on the one before (gatherKey's norms were ~1.5%
-// of a qwen3.6-35b-a3b prefill).
-func l2normScaled4(dst [4][]float64, x [4][]float32, scale [4]float64) {
+// adds overlap instead of each waiting on the one before (the norms of keyData.gather
+// were ~1.5% of a qwen3.6-35b-a3b prefill).
+func l2normScaled4[F float32 | float64](dst [4][]F, x [4][]float32, scale [4]float64) {
 	ss := sumSquares4(x)
 	for j := range ss {
 		scaleRow(dst[j], x[j], scale[j]/math.Sqrt(ss[j]+L2NormEps))
@@ -224,11 +224,11 @@ func sumSquares4(x [4][]float32) [4]float64 {
 	return ss
 }
 
-// scaleRow writes x * inv into dst.
-func scaleRow(dst []float64, x []float32, inv float64) {
+// scaleRow writes x * inv into dst, the float64 product rounded once for a float32 dst.
+func scaleRow[F float32 | float64](dst []F, x []float32, inv float64) {
 	dst = dst[:len(x)]
 	for i, v := range x {
-		dst[i] = float64(v) * inv
+		dst[i] = F(float64(v) * inv)
 	}
 }
 
@@ -285,11 +285,18 @@ func (in Inputs) check(d Dims, state, out []float32) {
 // every dot product written as a column of a product with a transposed matrix, so that
 // no result depends on a vector width.
 type headData struct {
-	q, k, v, g, beta, S []float64
-	G, A, P, E, KTe     []float64
-	U, W, tq, o         []float64
-	keys                keyProducts[float64]
-	f32                 headData32 // the float32 rule's (Inputs.F32)
+	keyData[float64]
+	v, g, beta, S   []float64
+	G, A, P, E, KTe []float64
+	U, W, tq, o     []float64
+	f32             headData32 // the float32 rule's (Inputs.F32)
+}
+
+// keyData is a key head's normalised q (scaled by 1/sqrt(KeyDim)) and k, [T, KeyDim],
+// and the chunk products made from them, shared by the value heads it serves.
+type keyData[F float32 | float64] struct {
+	q, k []F
+	keys keyProducts[F]
 }
 
 // keyProducts are the chunk matrices that depend on the key head only (its q and k),
@@ -316,35 +323,32 @@ func (kp *keyProducts[F]) ready(d Dims, t0, t1, first int) bool {
 	return false
 }
 
-// gatherKey fills key head kh's normalised q (scaled by 1/sqrt(KeyDim)) and k, shared by
-// the value heads it serves.
-func gatherKey(d Dims, in Inputs, kh int, hd *headData) {
+// gather fills key head kh's normalised q and k (each row's sum of squares and scale in
+// float64, rounded once into F).
+func (kd *keyData[F]) gather(d Dims, in Inputs, kh int) {
 	T, dk := in.T, d.KeyDim
 	qs, _ := in.strides(d)
 	scale := 1 / math.Sqrt(float64(dk))
-	hd.q = grow(hd.q, T*dk)
-	hd.k = grow(hd.k, T*dk)
-	hd.keys.valid = false
-	q := func(t int) ([]float64, []float32) {
-		return hd.q[t*dk : (t+1)*dk], in.Q[t*qs+kh*dk : t*qs+(kh+1)*dk]
-	}
-	k := func(t int) ([]float64, []float32) {
-		return hd.k[t*dk : (t+1)*dk], in.K[t*qs+kh*dk : t*qs+(kh+1)*dk]
+	kd.q = grow(kd.q, T*dk)
+	kd.k = grow(kd.k, T*dk)
+	kd.keys.valid = false
+	row := func(dst []F, src []float32, t int) ([]F, []float32) {
+		return dst[t*dk : (t+1)*dk], src[t*qs+kh*dk : t*qs+(kh+1)*dk]
 	}
 	t := 0
 	for ; t+2 <= T; t += 2 {
-		var dst [4][]float64
+		var dst [4][]F
 		var x [4][]float32
-		dst[0], x[0] = q(t)
-		dst[1], x[1] = k(t)
-		dst[2], x[2] = q(t + 1)
-		dst[3], x[3] = k(t + 1)
+		dst[0], x[0] = row(kd.q, in.Q, t)
+		dst[1], x[1] = row(kd.k, in.K, t)
+		dst[2], x[2] = row(kd.q, in.Q, t+1)
+		dst[3], x[3] = row(kd.k, in.K, t+1)
 		l2normScaled4(dst, x, [4]float64{scale, 1, scale, 1})
 	}
 	for ; t < T; t++ {
-		dq, xq := q(t)
+		dq, xq := row(kd.q, in.Q, t)
 		l2normScaled(dq, xq, scale)
-		dk, xk := k(t)
+		dk, xk := row(kd.k, in.K, t)
 		l2normScaled(dk, xk, 1)
 	}
 }
@@ -508,9 +512,6 @@ func CanonicalInto(r Runner, d Dims, in Inputs, pos, prompt int, from, to, out [
 	})
 }
 
-// up8 rounds n up to a multiple of 8 (the kernels' vector width; ChunkSize is one).
-func up8(n int) int { return (n + 7) &^ 7 }
-
 // chunkedHead runs rows [t0, t1) in chunks: the first of at most first rows, then of
 // ChunkSize. With round, the state is rounded to float32 between chunks (the caller
 // stores, or rounds, it after the last one).
@@ -539,7 +540,7 @@ func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, 
 		KT := kp.KT[ci*dk*C : (ci+1)*dk*C]                           // Kᵀ: KT[x*C+j] = k_j[x]
 		KK, QK := kp.KK[ci*C*C:(ci+1)*C*C], kp.QK[ci*C*C:(ci+1)*C*C] // k_i.k_j, q_i.k_j
 		if !made {
-			keyChunk(d, hd.k[c0*dk:(c0+L)*dk], hd.q[c0*dk:(c0+L)*dk], L, KT, KK, QK)
+			ops64.keyChunk(d, hd.k[c0*dk:(c0+L)*dk], hd.q[c0*dk:(c0+L)*dk], L, KT, KK, QK)
 		}
 		q := hd.q[c0*dk : (c0+L)*dk]
 		k := hd.k[c0*dk : (c0+L)*dk]
@@ -613,27 +614,6 @@ func chunkedHead(d Dims, hd *headData, t0, t1, first int, out []float32, h int, 
 	}
 }
 
-// keyChunk fills a chunk's Kᵀ (KT[x*C+j] = k_j[x]), K Kᵀ and Q Kᵀ (row stride
-// ChunkSize) from its L rows of normalised k and q.
-func keyChunk(d Dims, k, q []float64, L int, KT, KK, QK []float64) {
-	dk, C, Lp := d.KeyDim, ChunkSize, up8(L)
-	// Transposed in blocks of 8 rows: each written line of KT is whole.
-	for i0 := 0; i0 < L; i0 += 8 {
-		i1 := min(L, i0+8)
-		for x := 0; x < dk; x++ {
-			kt := KT[x*C+i0 : x*C+i1]
-			for i := range kt {
-				kt[i] = k[(i0+i)*dk+x]
-			}
-		}
-	}
-	// Columns up to Lp read KT's padding, never used.
-	clear(KK[:L*C])
-	clear(QK[:L*C])
-	gemm64(KK, C, k, dk, KT, C, L, dk, Lp, 1)
-	gemm64(QK, C, q, dk, KT, C, L, dk, Lp, 1)
-}
-
 // GatedRMSNorm applies, for each of the n rows of width dim in x, y = w * rmsnorm(x) *
 // silu(z) (w not zero-centred), writing into out (which may alias x).
 func GatedRMSNorm(out, x, z, w []float32, n, dim int, eps float32) {
@@ -665,7 +645,7 @@ func (r Runner) run(n, grain int, fn func(lo, hi int)) {
 }
 
 // forHeads runs fn for every value head, spread over key heads: each key head's q and k
-// are normalised once (gatherKey) for the value heads it serves, which run one after the
+// are normalised once (keyData.gather) for the value heads it serves, which run one after the
 // other. Scratch comes from a pool, so a layer's call allocates nothing.
 func forHeads(r Runner, d Dims, in Inputs, fn func(h int, hd *headData)) {
 	nk, rep := d.NumKeyHeads, d.NumValueHeads/d.NumKeyHeads
@@ -678,9 +658,9 @@ func forHeads(r Runner, d Dims, in Inputs, fn func(h int, hd *headData)) {
 		defer scratch.Put(hd)
 		for kh := lo; kh < hi; kh++ {
 			if in.F32 {
-				gatherKey32(d, in, kh, &hd.f32)
+				hd.f32.gather(d, in, kh)
 			} else {
-				gatherKey(d, in, kh, hd)
+				hd.gather(d, in, kh)
 			}
 			for h := kh * rep; h < (kh+1)*rep; h++ {
 				fn(h, hd)

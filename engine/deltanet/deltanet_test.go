@@ -105,6 +105,18 @@ func to32(x []float64) []float32 {
 	return y
 }
 
+// ruleCase makes random inputs of T tokens and an incoming state (zeros unless
+// withState), with the float64 reference's outputs and final state rounded to float32.
+func ruleCase(r *rand.Rand, d Dims, T int, withState bool) (in Inputs, init, want, wantState []float32) {
+	in = randomInputs(r, d, T)
+	init = make([]float32, d.StateSize())
+	if withState {
+		init = randn(r, d.StateSize(), 0.5)
+	}
+	out, final := reference64(d, in, init)
+	return in, init, to32(out), to32(final)
+}
+
 // Tolerance of the float32 delta rule (either form) against the float64 reference, and of
 // the chunked form against the recurrent one, as relative L2 error.
 const ruleTol = 1e-6
@@ -121,12 +133,7 @@ func TestGatedDeltaRuleChunkedMatchesRecurrent(t *testing.T) {
 	for _, d := range dims {
 		for _, T := range []int{1, 2, 7, 63, 64, 65, 128, 150, 200} {
 			for _, withState := range []bool{false, true} {
-				in := randomInputs(r, d, T)
-				init := make([]float32, d.StateSize())
-				if withState {
-					init = randn(r, d.StateSize(), 0.5)
-				}
-				wantOut, wantState := reference64(d, in, init)
+				in, init, wantOut, wantState := ruleCase(r, d, T, withState)
 
 				sRec := append([]float32(nil), init...)
 				oRec := make([]float32, T*d.NumValueHeads*d.ValueDim)
@@ -137,10 +144,10 @@ func TestGatedDeltaRuleChunkedMatchesRecurrent(t *testing.T) {
 				Chunked(d, in, sCh, oCh)
 
 				errs := map[string]float64{
-					"recurrent out":   relL2(oRec, to32(wantOut)),
-					"recurrent state": relL2(sRec, to32(wantState)),
-					"chunked out":     relL2(oCh, to32(wantOut)),
-					"chunked state":   relL2(sCh, to32(wantState)),
+					"recurrent out":   relL2(oRec, wantOut),
+					"recurrent state": relL2(sRec, wantState),
+					"chunked out":     relL2(oCh, wantOut),
+					"chunked state":   relL2(sCh, wantState),
 					"chunked vs rec":  relL2(oCh, oRec),
 					"state ch vs rec": relL2(sCh, sRec),
 				}

@@ -63,6 +63,27 @@ func narrow32(dst []float32, src []float64) {
 // (ldb): every element the chain of gemv64, so the same bits as m gemv64 calls; blocks
 // of 4 rows and 32 columns share their loads.
 func gemm64(y []float64, ldy int, a []float64, lda int, b []float64, ldb int, m, k, n int, scale float64) {
+	ops64.gemm(y, ldy, a, lda, b, ldb, m, k, n, scale)
+}
+
+// vecOps are one precision's kernels, for the code the float64 rule and the float32 rule
+// (rule32.go) share: ops64 and ops32.
+type vecOps[F float32 | float64] struct {
+	// width is the elements of a vector of the AVX-512 kernels, and of a 64-byte line.
+	width int
+	gemv  func(y, a, b []F, k, ldb, n int, scale F)
+	// gemmFast does rows [0, r) and columns [0, c) of gemm in blocks (k > 0).
+	gemmFast func(y []F, ldy int, a []F, lda int, b []F, ldb int, m, k, n int, scale F) (r, c int)
+}
+
+var (
+	ops64 = vecOps[float64]{width: 8, gemv: gemv64, gemmFast: gemm64Fast}
+	ops32 = vecOps[float32]{width: 16, gemv: gemv32, gemmFast: gemm32Fast}
+)
+
+// gemm is gemm64 or gemm32: the blocks of gemmFast, then the rows and columns left
+// over with gemv (the same chains).
+func (o *vecOps[F]) gemm(y []F, ldy int, a []F, lda int, b []F, ldb int, m, k, n int, scale F) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -70,17 +91,39 @@ func gemm64(y []float64, ldy int, a []float64, lda int, b []float64, ldb int, m,
 	r, c := 0, 0
 	if k > 0 {
 		_ = a[(m-1)*lda+k-1]
-		r, c = gemm64Fast(y, ldy, a, lda, b, ldb, m, k, n, scale)
+		r, c = o.gemmFast(y, ldy, a, lda, b, ldb, m, k, n, scale)
 	}
 	for i := 0; i < m; i++ {
 		if i < r {
 			if c < n {
-				gemv64(y[i*ldy+c:], a[i*lda:], b[c:], k, ldb, n-c, scale)
+				o.gemv(y[i*ldy+c:], a[i*lda:], b[c:], k, ldb, n-c, scale)
 			}
 			continue
 		}
-		gemv64(y[i*ldy:], a[i*lda:], b, k, ldb, n, scale)
+		o.gemv(y[i*ldy:], a[i*lda:], b, k, ldb, n, scale)
 	}
+}
+
+// keyChunk fills a chunk's Kᵀ (KT[x*C+j] = k_j[x]), K Kᵀ and Q Kᵀ (row stride
+// ChunkSize) from its L rows of normalised k and q.
+func (o *vecOps[F]) keyChunk(d Dims, k, q []F, L int, KT, KK, QK []F) {
+	w := o.width
+	dk, C, Lp := d.KeyDim, ChunkSize, (L+w-1)&^(w-1) // L up to a vector (ChunkSize is one)
+	// Transposed in blocks of a line's rows: each written line of KT is whole.
+	for i0 := 0; i0 < L; i0 += w {
+		i1 := min(L, i0+w)
+		for x := 0; x < dk; x++ {
+			kt := KT[x*C+i0 : x*C+i1]
+			for i := range kt {
+				kt[i] = k[(i0+i)*dk+x]
+			}
+		}
+	}
+	// Columns up to Lp read KT's padding, never used.
+	clear(KK[:L*C])
+	clear(QK[:L*C])
+	o.gemm(KK, C, k, dk, KT, C, L, dk, Lp, 1)
+	o.gemm(QK, C, q, dk, KT, C, L, dk, Lp, 1)
 }
 
 // convAcc64 sets acc[c] += w[c]·float64(x[c]): the product of two float32 values is exact

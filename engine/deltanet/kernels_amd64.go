@@ -20,17 +20,25 @@ func gemv64Fast(y, a, b []float64, k, ldb, n int, scale float64) int {
 
 // gemm64Fast does rows [0, r) and columns [0, c) of gemm64 in 4×32 blocks (k > 0).
 func gemm64Fast(y []float64, ldy int, a []float64, lda int, b []float64, ldb int, m, k, n int, scale float64) (r, c int) {
+	return gemmFast(gemm4x32AVX512, y, ldy, a, lda, b, ldb, m, k, n, scale)
+}
+
+// gemmFast is gemm64Fast or gemm32Fast: blocks of 4 rows and 4 vectors of columns with
+// block, the AVX-512 kernel of one in their precision (strides in bytes).
+func gemmFast[F float32 | float64](block func(y, a, b *F, k, ldyBytes, ldaBytes, ldbBytes int, scale F), y []F, ldy int, a []F, lda int, b []F, ldb int, m, k, n int, scale F) (r, c int) {
 	if !useAVX512 {
 		return 0, 0
 	}
-	r, c = m&^3, n&^31
+	size := int(unsafe.Sizeof(y[0]))
+	cols := 4 * 64 / size
+	r, c = m&^3, n&^(cols-1)
 	if r == 0 || c == 0 {
 		return 0, 0
 	}
 	_ = b[(k-1)*ldb+c-1]
 	for i := 0; i < r; i += 4 {
-		for j := 0; j < c; j += 32 {
-			gemm4x32AVX512(&y[i*ldy+j], &a[i*lda], &b[j], k, 8*ldy, 8*lda, 8*ldb, scale)
+		for j := 0; j < c; j += cols {
+			block(&y[i*ldy+j], &a[i*lda], &b[j], k, size*ldy, size*lda, size*ldb, scale)
 		}
 	}
 	return r, c

@@ -15,53 +15,9 @@ import "math"
 // headData32 is one worker's float32 scratch: key head's normalised q (scaled) and k,
 // the chunk matrices (named as in chunkedHead) and the key products.
 type headData32 struct {
-	q, k                       []float32
+	keyData[float32]
 	eG, A, P, E, KTe, U, W, tq []float32
 	delta                      []float32
-	keys                       keyProducts[float32]
-}
-
-// gatherKey32 is gatherKey into float32 rows.
-func gatherKey32(d Dims, in Inputs, kh int, hd *headData32) {
-	T, dk := in.T, d.KeyDim
-	qs, _ := in.strides(d)
-	scale := 1 / math.Sqrt(float64(dk))
-	hd.q = grow(hd.q, T*dk)
-	hd.k = grow(hd.k, T*dk)
-	hd.keys.valid = false
-	row := func(dst []float32, src []float32, t int) ([]float32, []float32) {
-		return dst[t*dk : (t+1)*dk], src[t*qs+kh*dk : t*qs+(kh+1)*dk]
-	}
-	t := 0
-	for ; t+2 <= T; t += 2 {
-		var dst, x [4][]float32
-		dst[0], x[0] = row(hd.q, in.Q, t)
-		dst[1], x[1] = row(hd.k, in.K, t)
-		dst[2], x[2] = row(hd.q, in.Q, t+1)
-		dst[3], x[3] = row(hd.k, in.K, t+1)
-		ss := sumSquares4(x)
-		for j, sc := range [4]float64{scale, 1, scale, 1} {
-			scaleRow32(dst[j], x[j], sc/math.Sqrt(ss[j]+L2NormEps))
-		}
-	}
-	for ; t < T; t++ {
-		for j, sc := range [2]float64{scale, 1} {
-			dst, x := row([2][]float32{hd.q, hd.k}[j], [2][]float32{in.Q, in.K}[j], t)
-			var ss float64
-			for _, v := range x {
-				ss += float64(v) * float64(v)
-			}
-			scaleRow32(dst, x, sc/math.Sqrt(ss+L2NormEps))
-		}
-	}
-}
-
-// scaleRow32 writes x * inv into dst, rounded once.
-func scaleRow32(dst, x []float32, inv float64) {
-	dst = dst[:len(x)]
-	for i, v := range x {
-		dst[i] = float32(float64(v) * inv)
-	}
 }
 
 // rule32 runs the float32 rule for every value head: rows [0, prompt) chunked, the
@@ -106,10 +62,6 @@ func recurrentHead32(d Dims, in Inputs, h int, hd *headData32, t0, t1 int, src, 
 	}
 }
 
-// up16 rounds n up to a multiple of 16 (the float32 kernels' vector width; ChunkSize is
-// one).
-func up16(n int) int { return (n + 15) &^ 15 }
-
 // chunkedHead32 is chunkedHead in float32 on the state S in place, reading v, g and beta
 // from the inputs and writing the outputs straight into out.
 func chunkedHead32(d Dims, in Inputs, h int, hd *headData32, t1, first int, S, out []float32) {
@@ -133,7 +85,7 @@ func chunkedHead32(d Dims, in Inputs, h int, hd *headData32, t1, first int, S, o
 		KT := kp.KT[ci*dk*C : (ci+1)*dk*C]
 		KK, QK := kp.KK[ci*C*C:(ci+1)*C*C], kp.QK[ci*C*C:(ci+1)*C*C]
 		if !made {
-			keyChunk32(d, hd.k[c0*dk:(c0+L)*dk], hd.q[c0*dk:(c0+L)*dk], L, KT, KK, QK)
+			ops32.keyChunk(d, hd.k[c0*dk:(c0+L)*dk], hd.q[c0*dk:(c0+L)*dk], L, KT, KK, QK)
 		}
 		q, k := hd.q[c0*dk:(c0+L)*dk], hd.k[c0*dk:(c0+L)*dk]
 		// The cumulative log decay in float64, its exp and E[i][j] = exp(G_i-G_j) as
@@ -206,25 +158,6 @@ func flush(x float32) float32 {
 	return x
 }
 
-// keyChunk32 is keyChunk in float32.
-func keyChunk32(d Dims, k, q []float32, L int, KT, KK, QK []float32) {
-	dk, C, Lp := d.KeyDim, ChunkSize, up16(L)
-	for i0 := 0; i0 < L; i0 += 16 {
-		i1 := min(L, i0+16)
-		for x := 0; x < dk; x++ {
-			kt := KT[x*C+i0 : x*C+i1]
-			for i := range kt {
-				kt[i] = k[(i0+i)*dk+x]
-			}
-		}
-	}
-	// Columns up to Lp read KT's padding, never used.
-	clear(KK[:L*C])
-	clear(QK[:L*C])
-	gemm32(KK, C, k, dk, KT, C, L, dk, Lp, 1)
-	gemm32(QK, C, q, dk, KT, C, L, dk, Lp, 1)
-}
-
 // The float32 kernels: each output element one chain of multiply-adds in increasing
 // index order (fused in the AVX-512 versions of rule32_amd64.s and where the compiler
 // fuses x*y+z, as on arm64), so within a platform a gemm block, a gemv and every column
@@ -267,24 +200,7 @@ func ger32(d, s, a, x []float32, m, ld, n int, scale float32) {
 // (ldb): every element the chain of gemv32; blocks of 4 rows and 64 columns share their
 // loads.
 func gemm32(y []float32, ldy int, a []float32, lda int, b []float32, ldb int, m, k, n int, scale float32) {
-	if m == 0 || n == 0 {
-		return
-	}
-	_ = y[(m-1)*ldy+n-1]
-	r, c := 0, 0
-	if k > 0 {
-		_ = a[(m-1)*lda+k-1]
-		r, c = gemm32Fast(y, ldy, a, lda, b, ldb, m, k, n, scale)
-	}
-	for i := 0; i < m; i++ {
-		if i < r {
-			if c < n {
-				gemv32(y[i*ldy+c:], a[i*lda:], b[c:], k, ldb, n-c, scale)
-			}
-			continue
-		}
-		gemv32(y[i*ldy:], a[i*lda:], b, k, ldb, n, scale)
-	}
+	ops32.gemm(y, ldy, a, lda, b, ldb, m, k, n, scale)
 }
 
 // scale32 sets dst[i] = a*src[i].

@@ -22,20 +22,7 @@ func ger32Fast(d, s, a, x []float32, m, ld, n int, scale float32) int {
 
 // gemm32Fast does rows [0, r) and columns [0, c) of gemm32 in 4×64 blocks (k > 0).
 func gemm32Fast(y []float32, ldy int, a []float32, lda int, b []float32, ldb int, m, k, n int, scale float32) (r, c int) {
-	if !useAVX512 {
-		return 0, 0
-	}
-	r, c = m&^3, n&^63
-	if r == 0 || c == 0 {
-		return 0, 0
-	}
-	_ = b[(k-1)*ldb+c-1]
-	for i := 0; i < r; i += 4 {
-		for j := 0; j < c; j += 64 {
-			gemm4x64AVX512(&y[i*ldy+j], &a[i*lda], &b[j], k, 4*ldy, 4*lda, 4*ldb, scale)
-		}
-	}
-	return r, c
+	return gemmFast(gemm4x64AVX512, y, ldy, a, lda, b, ldb, m, k, n, scale)
 }
 
 //go:noescape

@@ -40,13 +40,7 @@ func TestRule32MatchesReference(t *testing.T) {
 	} {
 		for _, T := range []int{1, 2, 7, 63, 64, 65, 150, 200} {
 			for _, withState := range []bool{false, true} {
-				in := randomInputs(r, d, T)
-				init := make([]float32, d.StateSize())
-				if withState {
-					init = randn(r, d.StateSize(), 0.5)
-				}
-				wantOut, wantState := reference64(d, in, init)
-				want, wantS := to32(wantOut), to32(wantState)
+				in, init, want, wantS := ruleCase(r, d, T, withState)
 				in.F32 = true
 				for _, chunked := range []bool{false, true} {
 					out, final := runRule(d, in, init, chunked)

@@ -297,6 +297,17 @@ expfull:
 	MOVSS         X0, ret+24(FP)
 	RET
 
+// MAXREDUCE leaves the largest of Z0's 16 lanes in every lane of X0 (Y1 scratch).
+#define MAXREDUCE \
+	VEXTRACTF64X4 $1, Z0, Y1;   \
+	VMAXPS        Y1, Y0, Y0;   \
+	VEXTRACTF128  $1, Y0, X1;   \
+	VMAXPS        X1, X0, X0;   \
+	VPERMILPS     $0x4e, X0, X1; \
+	VMAXPS        X1, X0, X0;   \
+	VPERMILPS     $0xb1, X0, X1; \
+	VMAXPS        X1, X0, X0
+
 // func maxAVX512(x *float32, n int) float32
 // max of x[0:n], n > 0 (masked tail; masked-off lanes keep −Inf).
 TEXT ·maxAVX512(SB), NOSPLIT, $0-20
@@ -327,14 +338,7 @@ maxfull:
 	JNZ    maxloop
 
 maxdone:
-	VEXTRACTF64X4 $1, Z0, Y1
-	VMAXPS        Y1, Y0, Y0
-	VEXTRACTF128  $1, Y0, X1
-	VMAXPS        X1, X0, X0
-	VPERMILPS     $0x4e, X0, X1
-	VMAXPS        X1, X0, X0
-	VPERMILPS     $0xb1, X0, X1
-	VMAXPS        X1, X0, X0
+	MAXREDUCE
 	VZEROUPPER
 	MOVSS         X0, ret+16(FP)
 	RET
@@ -376,14 +380,7 @@ am1tail:
 	VMAXPS  Z0, Z2, Z0
 
 am1reduce:
-	VEXTRACTF64X4 $1, Z0, Y1
-	VMAXPS        Y1, Y0, Y0
-	VEXTRACTF128  $1, Y0, X1
-	VMAXPS        X1, X0, X0
-	VPERMILPS     $0x4e, X0, X1
-	VMAXPS        X1, X0, X0
-	VPERMILPS     $0xb1, X0, X1
-	VMAXPS        X1, X0, X0
+	MAXREDUCE
 	VBROADCASTSS  X0, Z0
 	XORQ          BX, BX // index of the first value at DI
 
