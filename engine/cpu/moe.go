@@ -513,21 +513,21 @@ func (b *Backend) moeUnit(r *moeRun, u moeUnit, qx *kernels.Input, H, wk int) {
 			// buffer, which stays in L2.
 			gb, ub = r.gateUp(gr, wk)
 		}
-		b.gateUp(gr, gr.in, gb, ub, u.n0, u.n1, wk)
+		b.gateUp(gr, gr.in, gb, ub, u.n0, u.n1, wk, false)
 		if gr.left.Add(-1) == 0 { // the last block: the activations are whole
 			gr.activations(gr.act, gb)
 			gr.state.Store(2)
 		}
 	case 2:
 		waitState(&gr.state, 2)
-		gr.downRows(gr.act, u.n0, u.n1, H)
+		gr.downRows(gr.act, u.n0, u.n1, H, false)
 	case 3:
 		in, act := r.wk[wk].inputs(gr.parts())
 		gr.gather(in, qx)
 		gb, ub := r.gateUp(gr, wk)
-		b.gateUp(gr, in, gb, ub, 0, gr.inter, wk)
+		b.gateUp(gr, in, gb, ub, 0, gr.inter, wk, true)
 		gr.activations(act, gb)
-		gr.downRows(act, 0, H, H)
+		gr.downRows(act, 0, H, H, true)
 	}
 }
 
@@ -546,16 +546,25 @@ func (gr *moeGroup) gather(in []*kernels.Input, qx *kernels.Input) {
 }
 
 // gateUp computes the group's gate and up rows [n0, n1) over the parts in
-// into gb, ub ([rows, inter] each) and applies SwiGLU to them in gb.
-func (b *Backend) gateUp(gr *moeGroup, in []*kernels.Input, gb, ub []float32, n0, n1, wk int) {
+// into gb, ub ([rows, inter] each) and applies SwiGLU to them in gb. With
+// prefetch (in is this worker's own), the parts after the first bring the
+// next sub-block of gate and up rows to L2 (prefetchNext).
+func (b *Backend) gateUp(gr *moeGroup, in []*kernels.Input, gb, ub []float32, n0, n1, wk int, prefetch bool) {
 	I := gr.inter
 	// Weight rows in sub-blocks that stay in L2 while every part of the
 	// rows passes over them (the AMX kernels unpack a call's 4-bit
 	// weights into a buffer twice their size).
 	for s0 := n0; s0 < n1; s0 += moeSubRows {
 		s1 := min(n1, s0+moeSubRows)
+		s2 := min(n1, s1+moeSubRows)
 		for j, p := range in {
+			if prefetch {
+				prefetchNext(p, gr.gate.k, j, len(in), s1, s2)
+			}
 			gr.gate.k.MatMul(gb[j*gr.split*I:], I, p, s0, s1)
+			if prefetch {
+				prefetchNext(p, gr.up.k, j, len(in), s1, s2)
+			}
 			gr.up.k.MatMul(ub[j*gr.split*I:], I, p, s0, s1)
 		}
 	}
@@ -580,13 +589,33 @@ func (gr *moeGroup) activations(act []*kernels.Input, gb []float32) {
 	}
 }
 
-// downRows computes the group's down rows [n0, n1) over the parts act.
-func (gr *moeGroup) downRows(act []*kernels.Input, n0, n1, H int) {
+// downRows computes the group's down rows [n0, n1) over the parts act
+// (with prefetch, as gateUp).
+func (gr *moeGroup) downRows(act []*kernels.Input, n0, n1, H int, prefetch bool) {
 	for s0 := n0; s0 < n1; s0 += moeSubRows {
 		s1 := min(n1, s0+moeSubRows)
 		for j, a := range act {
+			if prefetch {
+				prefetchNext(a, gr.down.k, j, len(act), s1, min(n1, s1+moeSubRows))
+			}
 			gr.down.k.MatMul(gr.y[j*gr.split*H:], H, a, s0, s1)
 		}
+	}
+}
+
+// prefetchNext has part j of parts (all but the first, which reads the
+// current sub-block from DRAM) prefetch its share of w's rows [s1, s2),
+// the next sub-block, during its pass over the current one: the first
+// part of the next sub-block then finds its weights in L2
+// (kernels.Input.Prefetch).
+func prefetchNext(p *kernels.Input, w *kernels.Matrix, j, parts, s1, s2 int) {
+	if j == 0 || s2 <= s1 {
+		return
+	}
+	next := w.PackedRows(s1, s2)
+	share := (len(next) + parts - 2) / (parts - 1)
+	if lo := (j - 1) * share; lo < len(next) {
+		p.Prefetch(next[lo:min(len(next), lo+share)])
 	}
 }
 

@@ -303,7 +303,7 @@ func gemmQ4x1VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, ds
 // interleaved rows [i, i+8) of x8 into dst (row stride ldd floats): rows at
 // or past x8.m (padding) are not stored; a group of 5-8 real rows takes the
 // 8-row kernel, one of 2-4 the interleaved 4-row one.
-func packedKernel8(m *Matrix, w []byte, ngroups int, x8 *input8, i int, dst []float32, ldd int) {
+func packedKernel8(m *Matrix, w []byte, ngroups int, x8 *input8, i int, dst []float32, ldd int, next *[]byte) {
 	nb := x8.nb
 	rows := min(8, x8.m-i)
 	if rows < 2 {
@@ -320,6 +320,12 @@ func packedKernel8(m *Matrix, w []byte, ngroups int, x8 *input8, i int, dst []fl
 		gemmQ8x8VNNI(&w[0], nb, ngroups, xq, xd, &x8.s128[o], &dst[0], ldd*4, prefetch8Q8, rows)
 	case m.Format == tensor.Q8_0:
 		gemmQ8x4iVNNI(&w[0], nb, ngroups, xq, xd, &x8.s128[o], &dst[0], ldd*4, prefetch4Q8, rows)
+	case rows >= 5 && len(*next) > 0:
+		// Spread the prefetches over the call's blocks: two lines a
+		// block, at most 128 bytes on (the rest is the next call's).
+		step := min(128, (len(*next)+ngroups*nb-1)/(ngroups*nb))
+		gemmQ4x8VNNIpf(&w[0], nb, ngroups, xq, xd, &x8.s8[o], &dst[0], ldd*4, prefetch8Q4, rows, &(*next)[0], step)
+		*next = (*next)[min(len(*next), step*ngroups*nb):]
 	case rows >= 5:
 		gemmQ4x8VNNI(&w[0], nb, ngroups, xq, xd, &x8.s8[o], &dst[0], ldd*4, prefetch8Q4, rows)
 	default:
@@ -332,6 +338,9 @@ func gemmQ8x8VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, ds
 
 //go:noescape
 func gemmQ4x8VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes, pf, rows int)
+
+//go:noescape
+func gemmQ4x8VNNIpf(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes, pf, rows int, next *byte, step int)
 
 //go:noescape
 func gemmQ8x4iVNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes, pf, rows int)

@@ -109,6 +109,6 @@ func dotQ8BlocksSDOT(w *byte, q *int8, nb int, out *int32)
 //go:noescape
 func dotQ4BlocksSDOT(w *byte, q *int8, nb int, out *int32)
 
-func packedKernel8(m *Matrix, w []byte, ngroups int, x8 *input8, i int, dst []float32, ldd int) {
+func packedKernel8(m *Matrix, w []byte, ngroups int, x8 *input8, i int, dst []float32, ldd int, next *[]byte) {
 	panic("kernels: packed layout without VNNI")
 }

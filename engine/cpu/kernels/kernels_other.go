@@ -43,6 +43,6 @@ func packedKernel(m *Matrix, cols int, w []byte, ngroups int, in *Input, i int, 
 
 func matmulFloatFast(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) bool { return false }
 
-func packedKernel8(m *Matrix, w []byte, ngroups int, x8 *input8, i int, dst []float32, ldd int) {
+func packedKernel8(m *Matrix, w []byte, ngroups int, x8 *input8, i int, dst []float32, ldd int, next *[]byte) {
 	panic("kernels: packed layout without VNNI")
 }

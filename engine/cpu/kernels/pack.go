@@ -127,6 +127,17 @@ func unpackRow(f tensor.Format, data []byte, r, nb int, dst []float32) {
 }
 
 // groupStride is the packed size of one group of 16 rows.
+// PackedRows is the packed bytes of the weight groups that hold rows
+// [n0, n1) of a Q4_0 or Q8_0 matrix in the packed layout (for
+// Input.Prefetch), nil for other layouts.
+func (m *Matrix) PackedRows(n0, n1 int) []byte {
+	if m.layout != layoutPacked16 || m.Format != tensor.Q4_0 && m.Format != tensor.Q8_0 || n1 <= n0 {
+		return nil
+	}
+	gs := m.groupStride()
+	return m.data[n0/packRows*gs : min(len(m.data), (n1+packRows-1)/packRows*gs)]
+}
+
 func (m *Matrix) groupStride() int {
 	if m.Format == tensor.MLXAffine {
 		return m.Cols / m.groupSize * m.mlxGroupBytes()
@@ -155,6 +166,10 @@ func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 		chunk = amxChunk(m)
 	}
 	gc := max(1, chunk/m.groupStride())
+	var next []byte
+	if in.next != nil { // one call's worth (Input.Prefetch)
+		next, in.next = in.next, nil
+	}
 	for c0 := g0; c0 < g1; c0 += gc {
 		c1 := min(g1, c0+gc)
 		i := 0
@@ -163,7 +178,7 @@ func matmulPacked(m *Matrix, dst []float32, ldd int, in *Input, n0, n1 int) {
 			i = m16
 		}
 		for ; i < m8; i += 8 {
-			packedTile8(m, dst, ldd, &in.x8, i, c0, c1, full, tmp[:])
+			packedTile8(m, dst, ldd, &in.x8, i, c0, c1, full, tmp[:], &next)
 		}
 		for ; i+4 <= in.M; i += 4 {
 			packedTile(m, dst, ldd, in, i, 4, c0, c1, full, tmp[:])
@@ -310,14 +325,14 @@ func packedTile(m *Matrix, dst []float32, ldd int, in *Input, i, cols, c0, c1, f
 
 // packedTile8 is packedTile for the 8 rows [i, i+8) of x8 (those below
 // x8.m: a padded last group stores only its real rows).
-func packedTile8(m *Matrix, dst []float32, ldd int, x8 *input8, i, c0, c1, full int, tmp []float32) {
+func packedTile8(m *Matrix, dst []float32, ldd int, x8 *input8, i, c0, c1, full int, tmp []float32, next *[]byte) {
 	gs := m.groupStride()
 	if end := min(c1, full); end > c0 {
-		packedKernel8(m, m.data[c0*gs:], end-c0, x8, i, dst[i*ldd+c0*packRows:], ldd)
+		packedKernel8(m, m.data[c0*gs:], end-c0, x8, i, dst[i*ldd+c0*packRows:], ldd, next)
 	}
 	if c1 > full { // the last, partial group
 		g := c1 - 1
-		packedKernel8(m, m.data[g*gs:], 1, x8, i, tmp, packRows)
+		packedKernel8(m, m.data[g*gs:], 1, x8, i, tmp, packRows, next)
 		rows := m.Rows - g*packRows
 		for c := range min(8, x8.m-i) {
 			copy(dst[(i+c)*ldd+g*packRows:(i+c)*ldd+g*packRows+rows], tmp[c*packRows:c*packRows+rows])

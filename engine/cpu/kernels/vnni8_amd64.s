@@ -208,6 +208,42 @@ q4x8block:
 	VZEROUPPER
 	RET
 
+// func gemmQ4x8VNNIpf(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes, pf, rows int, next *byte, step int)
+// gemmQ4x8VNNI that also prefetches (to L2) two lines at next per block,
+// next advancing by step (≤ 128) bytes a block: other weights that a
+// later call reads (the MoE's next sub-block of expert rows,
+// Input.Prefetch), fetched while this call's weights are in L2 and its
+// arithmetic leaves the memory bus idle.
+TEXT ·gemmQ4x8VNNIpf(SB), NOSPLIT, $0-96
+	MOVQ         w+0(FP), SI
+	MOVQ         ngroups+16(FP), AX
+	MOVQ         dst+48(FP), DI
+	MOVQ         lddBytes+56(FP), DX
+	MOVQ         pf+64(FP), R12
+	MOVQ         rows+72(FP), R13
+	MOVQ         next+80(FP), R14
+	MOVQ         step+88(FP), R15
+	MOVL         $0x0f0f0f0f, CX
+	VPBROADCASTD CX, Z9
+
+q4x8pgroup:
+	GROUP8
+
+q4x8pblock:
+	LOADQ4X
+	BLOCK8(NOPF, NOPF)
+	PREFETCHT2 (R14)
+	PREFETCHT2 64(R14)
+	ADDQ R15, R14
+	ADDQ $288, SI
+	DECQ CX
+	JNZ  q4x8pblock
+	STORE8(q4x8pstored)
+	DECQ AX
+	JNZ  q4x8pgroup
+	VZEROUPPER
+	RET
+
 
 // The ×4 kernels on the same interleaved rows (a last row group of 2-4
 // rows, padded in input8 like a group of 8: block stride 256 bytes of
