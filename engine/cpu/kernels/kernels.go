@@ -210,16 +210,17 @@ type Input struct {
 	S128 []int32
 	S6   []int32
 
-	x8  input8  // the rows of the 8-row kernels, interleaved (pack.go; QuantizeRows fills it)
-	next []byte // weights to prefetch during the next MatMul (Prefetch)
-	x16 input16 // the scales and corrections of the AMX kernels' 16-row tiles (amx.go)
-	kq  kqInput // the K-quant 8-row kernels' interleave (kquant6.go)
+	x8   input8  // the rows of the 8-row kernels, interleaved (pack.go; QuantizeRows fills it)
+	next []byte  // weights to prefetch during the next MatMul (Prefetch)
+	x16  input16 // the scales and corrections of the AMX kernels' 16-row tiles (amx.go)
+	kq   kqInput // the K-quant 8-row kernels' interleave (kquant6.go)
 }
 
 // Prefetch asks the next MatMul with in to bring b, other packed weights
 // (PackedRows) that a later call reads, to L2 while it runs: the 4-bit
 // 8-row kernel, whose arithmetic leaves the memory bus mostly idle while
-// its weights come from L2, prefetches 256 bytes of b per block. A MoE
+// its weights come from L2, prefetches b spread over its blocks (two
+// lines a block, at most 128 bytes on). A MoE
 // expert's rows pass over a sub-block of weight rows in several parts,
 // the first of which read it from DRAM (measured at 154 GMAC/s where the
 // others run at 233); during the other parts the next sub-block comes in.
