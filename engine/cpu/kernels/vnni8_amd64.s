@@ -182,6 +182,33 @@ q8x8block:
 	VZEROUPPER
 	RET
 
+// Q4X8LOOP(group, block, stored, NEXT) is the 4-bit 8-row kernel's loop
+// over the groups and their blocks, NEXT (NOPFNEXT or PFNEXT) after each
+// block; the labels are the caller's.
+#define Q4X8LOOP(group, block, stored, NEXT) \
+group:                          \
+	GROUP8;                     \
+block:                          \
+	LOADQ4X;                    \
+	BLOCK8(NOPF, NOPF);         \
+	NEXT;                       \
+	ADDQ $288, SI;              \
+	DECQ CX;                    \
+	JNZ  block;                 \
+	STORE8(stored);             \
+	DECQ AX;                    \
+	JNZ  group;                 \
+	VZEROUPPER;                 \
+	RET
+
+#define NOPFNEXT
+
+// PFNEXT prefetches (to L2) two lines at R14 and moves R14 on by R15.
+#define PFNEXT \
+	PREFETCHT2 (R14);   \
+	PREFETCHT2 64(R14); \
+	ADDQ R15, R14
+
 // func gemmQ4x8VNNI(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes, pf, rows int)
 TEXT ·gemmQ4x8VNNI(SB), NOSPLIT, $0-80
 	MOVQ         w+0(FP), SI
@@ -193,20 +220,7 @@ TEXT ·gemmQ4x8VNNI(SB), NOSPLIT, $0-80
 	MOVL         $0x0f0f0f0f, CX
 	VPBROADCASTD CX, Z9
 
-q4x8group:
-	GROUP8
-
-q4x8block:
-	LOADQ4X
-	BLOCK8(NOPF, NOPF)
-	ADDQ $288, SI
-	DECQ CX
-	JNZ  q4x8block
-	STORE8(q4x8stored)
-	DECQ AX
-	JNZ  q4x8group
-	VZEROUPPER
-	RET
+	Q4X8LOOP(q4x8group, q4x8block, q4x8stored, NOPFNEXT)
 
 // func gemmQ4x8VNNIpf(w *byte, nb, ngroups int, xq *int8, xd *float32, xs *int32, dst *float32, lddBytes, pf, rows int, next *byte, step int)
 // gemmQ4x8VNNI that also prefetches (to L2) two lines at next per block,
@@ -226,23 +240,7 @@ TEXT ·gemmQ4x8VNNIpf(SB), NOSPLIT, $0-96
 	MOVL         $0x0f0f0f0f, CX
 	VPBROADCASTD CX, Z9
 
-q4x8pgroup:
-	GROUP8
-
-q4x8pblock:
-	LOADQ4X
-	BLOCK8(NOPF, NOPF)
-	PREFETCHT2 (R14)
-	PREFETCHT2 64(R14)
-	ADDQ R15, R14
-	ADDQ $288, SI
-	DECQ CX
-	JNZ  q4x8pblock
-	STORE8(q4x8pstored)
-	DECQ AX
-	JNZ  q4x8pgroup
-	VZEROUPPER
-	RET
+	Q4X8LOOP(q4x8pgroup, q4x8pblock, q4x8pstored, PFNEXT)
 
 
 // The ×4 kernels on the same interleaved rows (a last row group of 2-4
