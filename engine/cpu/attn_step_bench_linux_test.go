@@ -16,7 +16,10 @@ import (
 // BenchmarkAttentionDecodeStep: the attention of one whole
 // decode step of Qwen3-0.6B over paged caches: 28 layers, each its own
 // block store, 8 sequences at 576 cached positions (blocks of 32, 8 kv
-// heads of 128, group 2), on 1 and 2 threads. Unlike BenchmarkAttentionDecode8
+// heads of 128, group 2), on 1 and 2 threads. contig=true is one sequence
+// over the contiguous caches of the bare model (Backend.NewKV: what
+// `macpool bench` without --concurrency, and llama-bench's tg, time), 28
+// layers × 8 caches' worth of positions so the bytes match. Unlike BenchmarkAttentionDecode8
 // (one layer, whose 19 MB of f16 K/V stay in the caches between
 // iterations) the 530 MB of f16 K/V (1.06 GB float32: 14 layers there, so
 // the same bytes) come from DRAM as in the model. wall-ms/step is per 28
@@ -25,11 +28,11 @@ import (
 // on a loaded machine).
 func BenchmarkAttentionDecodeStep(b *testing.B) {
 	for _, tc := range []struct {
-		f16     bool
-		threads int
-	}{{true, 1}, {true, 2}, {false, 1}, {false, 2}} {
+		f16, contig bool
+		threads     int
+	}{{true, false, 1}, {true, false, 2}, {false, false, 1}, {false, false, 2}, {true, true, 1}, {true, true, 2}} {
 		f16 := tc.f16
-		b.Run(fmt.Sprintf("f16=%v/T%d", f16, tc.threads), func(b *testing.B) {
+		b.Run(fmt.Sprintf("f16=%v/contig=%v/T%d", f16, tc.contig, tc.threads), func(b *testing.B) {
 			if tc.threads == 1 {
 				runtime.LockOSThread() // thread CPU time: no pool spinning counted
 				defer runtime.UnlockOSThread()
@@ -52,7 +55,19 @@ func BenchmarkAttentionDecodeStep(b *testing.B) {
 			p := engine.AttnParams{Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: 0.088}
 			nb := (L + bs) / bs
 			seqs := make([][]engine.AttnSeq, layers)
+			if tc.contig {
+				seqs = make([][]engine.AttnSeq, layers*S)
+			}
 			for l := range seqs {
+				if tc.contig {
+					kv, err := be.NewKV(kvHeads, hd)
+					if err != nil {
+						b.Fatal(err)
+					}
+					be.StoreKV(k, k, []engine.AttnSeq{{KV: kv, N: L}})
+					seqs[l] = []engine.AttnSeq{{KV: kv, N: 1, Pos: L}}
+					continue
+				}
 				st, err := be.NewKVBlocks(kvHeads, hd, bs, S*nb)
 				if err != nil {
 					b.Fatal(err)
@@ -69,7 +84,11 @@ func BenchmarkAttentionDecodeStep(b *testing.B) {
 					be.StoreKV(k1, k1, seqs[l])
 					be.Attention(dst, q, seqs[l], p)
 					for _, s := range seqs[l] {
-						s.KV.(*pagedKV).SetLen(L) // same context every step
+						if c, ok := s.KV.(*pagedKV); ok {
+							c.SetLen(L) // same context every step
+						} else if err := s.KV.Truncate(L); err != nil {
+							b.Fatal(err)
+						}
 					}
 				}
 			}
@@ -84,7 +103,10 @@ func BenchmarkAttentionDecodeStep(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				step()
 			}
-			per := 28 / float64(layers) / 1e6 / float64(b.N) // ms per 28-layer step
+			per := 28 / float64(layers) / 1e6 / float64(b.N)
+			if tc.contig {
+				per = 28 / float64(len(seqs)) / 1e6 / float64(b.N) // per 28 single-sequence layers
+			} // ms per 28-layer step
 			b.ReportMetric(float64(time.Since(t0).Nanoseconds())*per, "wall-ms/step")
 			b.ReportMetric((cpuNanos()-c0)*per, "cpu-ms/step")
 		})

@@ -12,8 +12,10 @@ import (
 // TestContiguousF16MatchesF32: with Config.KVF16 the contiguous cache
 // (NewKV) stores f16. Given K and V that are already f16 values, attention
 // equals the float32 cache's up to summation order (1e-6): prompt rows
-// (widened GEMMs), then decode steps through the in-place f16 kernels,
-// across a capacity doubling (64 → 128 positions), for head sizes 128 and
+// (widened GEMMs), a second prompt chunk, then decode steps through the
+// in-place f16 kernels, across capacity growths and K block ends (kvBlock:
+// one sequence's second chunk and another's last decode step cross one),
+// for head sizes 128 and
 // 48 (16-wide + tails) and groups of 2 (paired heads) and 3 (a lone last
 // head). Random K/V rounded only by the cache stay within 2e-3.
 func TestContiguousF16MatchesF32(t *testing.T) {
@@ -30,7 +32,7 @@ func TestContiguousF16MatchesF32(t *testing.T) {
 				name := fmt.Sprintf("hd%d/heads%d/exact%v", hd, heads, exactF16)
 				const kvHeads = 2
 				p := engine.AttnParams{Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: 0.1}
-				lens := []int{1, 45, 63}
+				lens := []int{1, 45, 63, 124, 126}
 				kv := func(rows int) []float32 {
 					x := randn(r, rows*kvHeads*hd)
 					if exactF16 {
@@ -74,7 +76,14 @@ func TestContiguousF16MatchesF32(t *testing.T) {
 					}
 				}
 				check("prompt", row)
-				for step := range 3 { // the 63-position sequence crosses 64 here
+				row = 0
+				for i, n := range []int{130, 3, 3, 3, 3} { // 1+130 outgrows the first allocation
+					plain[i].Pos, plain[i].Row, plain[i].N = plain[i].KV.Len(), row, n
+					half[i].Pos, half[i].Row, half[i].N = half[i].KV.Len(), row, n
+					row += n
+				}
+				check("second prompt chunk", row)
+				for step := range 2 {
 					for i := range plain {
 						plain[i].Pos, plain[i].Row, plain[i].N = plain[i].KV.Len(), i, 1
 						half[i].Pos, half[i].Row, half[i].N = half[i].KV.Len(), i, 1

@@ -96,11 +96,20 @@ func attentionRowOut(s, o []float32, group, hd int, v []float32, n int) {
 	}
 }
 
+// AttnKeyBlock is how many positions AttentionRowF16 scores at a time: its
+// K may come in blocks of this many positions anywhere in memory.
+const AttnKeyBlock = 128
+
 // AttentionRowF16 is AttentionRows for one query row (rows = 1) over an f16
-// cache in the same layout (kt[x*ldk+j], v[j*hd+x] IEEE halves), widened in
-// registers by the f16 axpy-sum kernels. scratch has at least
-// AttentionScratch(1, group, hd, pos+1) floats.
-func AttentionRowF16(out, q []float32, group, hd int, kt []uint16, ldk int, v []uint16, pos int, scale float32, scratch []float32) {
+// cache (IEEE halves, v[j*hd+x]), widened in registers by the f16
+// axpy-sum kernels. K comes in blocks of AttnKeyBlock positions: key j's
+// value x is kt[(j/AttnKeyBlock)*kblock + x*ldk + j%AttnKeyBlock]
+// (AttentionRows' dimension-major layout is kblock = AttnKeyBlock, ldk the
+// row length; a position-blocked cache has each block's hd rows contiguous,
+// ldk = AttnKeyBlock). scratch has at least AttentionScratch(1, group, hd,
+// pos+1) floats.
+func AttentionRowF16(out, q []float32, group, hd int, kt []uint16, ldk, kblock int, v []uint16, pos int, scale float32, scratch []float32) {
+	const B = AttnKeyBlock
 	m, n := group, pos+1
 	a := scratch[:m*hd]
 	s := scratch[m*hd : m*hd+m*n]
@@ -111,25 +120,29 @@ func AttentionRowF16(out, q []float32, group, hd int, kt []uint16, ldk int, v []
 	clear(s)
 	// The first key block and the start of the value rows are asked for
 	// before any is needed (the chunks below prefetch one block ahead).
-	PrefetchF16(kt, hd, ldk, min(n, 128))
+	PrefetchF16(kt, hd, ldk, min(n, B))
 	PrefetchF16(v, 1, 0, min(n, 64)*hd)
 	g := 0
 	for ; g+1 < group; g += 2 {
-		// 128 positions at a time, asking for the next 128 of the same key
-		// rows meanwhile: the rows are ldk apart, too short a run each for
-		// the hardware prefetchers. Splitting at multiples of 128 keeps
-		// every column's bits (the kernel's column blocks are 128 wide).
-		for c := 0; c < n; c += 128 {
-			e := min(n, c+128)
+		// One key block at a time, asking for the next block's rows
+		// meanwhile (the rows of a dimension-major block are ldk apart,
+		// too short a run each for the hardware prefetchers). Splitting at
+		// multiples of 128 keeps every column's bits (the kernel's column
+		// blocks are 128 wide).
+		for c := 0; c < n; c += B {
+			e := min(n, c+B)
 			var next []uint16
 			if e < n && g == 0 {
-				next = kt[e:]
+				next = kt[(c/B+1)*kblock:]
 			}
-			AxpysF16x2Next(s[g*n+c:g*n+e], s[(g+1)*n+c:(g+1)*n+e], a[g*hd:(g+1)*hd], a[(g+1)*hd:(g+2)*hd], kt[c:], next, ldk, hd)
+			AxpysF16x2Next(s[g*n+c:g*n+e], s[(g+1)*n+c:(g+1)*n+e], a[g*hd:(g+1)*hd], a[(g+1)*hd:(g+2)*hd], kt[(c/B)*kblock:], next, ldk, hd)
 		}
 	}
 	if g < group {
-		AxpysF16(s[g*n:(g+1)*n], a[g*hd:(g+1)*hd], kt, ldk, hd)
+		for c := 0; c < n; c += B {
+			e := min(n, c+B)
+			AxpysF16(s[g*n+c:g*n+e], a[g*hd:(g+1)*hd], kt[(c/B)*kblock:], ldk, hd)
+		}
 	}
 	for g := range group {
 		row := s[g*n : (g+1)*n]
