@@ -19,7 +19,8 @@ import (
 // heads of 128, group 2), on 1 and 2 threads. contig=true is one sequence
 // over the contiguous caches of the bare model (Backend.NewKV: what
 // `macpool bench` without --concurrency, and llama-bench's tg, time), 28
-// layers × 8 caches' worth of positions so the bytes match. Unlike BenchmarkAttentionDecode8
+// layers × 8 caches' worth of positions so the bytes match; q8 is that
+// over the 8-bit cache (Config.KVQ8, 56% of f16's bytes). Unlike BenchmarkAttentionDecode8
 // (one layer, whose 19 MB of f16 K/V stay in the caches between
 // iterations) the 530 MB of f16 K/V (1.06 GB float32: 14 layers there, so
 // the same bytes) come from DRAM as in the model. wall-ms/step is per 28
@@ -28,16 +29,21 @@ import (
 // on a loaded machine).
 func BenchmarkAttentionDecodeStep(b *testing.B) {
 	for _, tc := range []struct {
-		f16, contig bool
-		threads     int
-	}{{true, false, 1}, {true, false, 2}, {false, false, 1}, {false, false, 2}, {true, true, 1}, {true, true, 2}} {
+		f16, contig, q8 bool
+		threads         int
+	}{{true, false, false, 1}, {true, false, false, 2}, {false, false, false, 1}, {false, false, false, 2},
+		{true, true, false, 1}, {true, true, false, 2}, {false, true, true, 1}, {false, true, true, 2}} {
 		f16 := tc.f16
-		b.Run(fmt.Sprintf("f16=%v/contig=%v/T%d", f16, tc.contig, tc.threads), func(b *testing.B) {
+		kind := fmt.Sprintf("f16=%v", f16)
+		if tc.q8 {
+			kind = "q8"
+		}
+		b.Run(fmt.Sprintf("%s/contig=%v/T%d", kind, tc.contig, tc.threads), func(b *testing.B) {
 			if tc.threads == 1 {
 				runtime.LockOSThread() // thread CPU time: no pool spinning counted
 				defer runtime.UnlockOSThread()
 			}
-			be, err := New(Config{Threads: tc.threads, KVF16: f16})
+			be, err := New(Config{Threads: tc.threads, KVF16: f16, KVQ8: tc.q8})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -45,7 +51,7 @@ func BenchmarkAttentionDecodeStep(b *testing.B) {
 			r := rand.New(rand.NewPCG(1, 1))
 			const heads, kvHeads, hd, L, S, bs = 16, 8, 128, 576, 8, 32
 			layers := 28
-			if !f16 {
+			if !f16 && !tc.q8 {
 				layers = 14
 			}
 			k := tensorOf(be, L, kvHeads*hd, randn(r, L*kvHeads*hd))

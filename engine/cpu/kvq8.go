@@ -6,14 +6,17 @@ package cpu
 // values rounded to nearest: ggml's quantize_row_q8_0 with a float32 instead
 // of an f16 scale). 1.125 bytes per value: 56% of an f16 cache, 28% of a
 // float32 one. Both K and V are position-major per head (a position's head
-// vector is one run of blocks); attention widens one head's K (to the
-// dimension-major layout the float32 kernels take) and V into scratch and
-// runs the float32 kernels, so the cache costs a conversion per read in
-// exchange for the memory.
+// vector is one run of blocks). A decode row of the contiguous cache reads
+// it in place (kernels.DotsQ8x2, AxpysQ8x2: fewer bytes per step than f16);
+// prompt rows and paged blocks widen one head's K (to the dimension-major
+// layout the float32 kernels take) and V into scratch and run the float32
+// kernels.
 
 import (
 	"fmt"
 	"math"
+
+	"github.com/macpool/macpool/engine/cpu/kernels"
 )
 
 // q8Block is the number of values per scale.
@@ -103,7 +106,8 @@ func storeKVQ8(c *kvCache, kt, vt *Tensor, row, pos, n, lo, hi int) {
 }
 
 // attentionQ8 is one attention task (all rows of one sequence for one kv
-// head) over an 8-bit contiguous cache: K widened dimension-major and V
+// head) over an 8-bit contiguous cache: a decode row through
+// attentionRowQ8; prompt rows with K widened dimension-major and V
 // position-major into scratch up to the task's last position, then the
 // float32 kernels on blocks of attnRows rows. buf: AttentionScratch for
 // attnRows rows + 2·hd·(pos+rows) floats.
@@ -111,8 +115,13 @@ func attentionQ8(c *kvCache, d, qt *Tensor, kvHead, group, hd, row, pos, rows in
 	out, q := d.data[row*d.cols+kvHead*group*hd:], qt.data[row*qt.cols+kvHead*group*hd:]
 	n := pos + rows
 	nb := hd / q8Block
-	wk, wv := buf[:hd*n], buf[hd*n:2*hd*n]
 	base := kvHead * c.cap
+	if rows == 1 {
+		attentionRowQ8(out, q, group, hd, c.q8.k8[base*hd:(base+n)*hd], c.q8.ks[base*nb:(base+n)*nb],
+			c.q8.v8[base*hd:(base+n)*hd], c.q8.vs[base*nb:(base+n)*nb], n, scale, buf)
+		return
+	}
+	wk, wv := buf[:hd*n], buf[hd*n:2*hd*n]
 	widenQ8(wv, c.q8.v8[base*hd:(base+n)*hd], c.q8.vs[base*nb:(base+n)*nb], n*hd)
 	var tmp [256]float32
 	for p := 0; p < n; p++ {
@@ -128,6 +137,46 @@ func attentionQ8(c *kvCache, d, qt *Tensor, kvHead, group, hd, row, pos, rows in
 	for r := 0; r < rows; r += attnRows {
 		rr := min(rows-r, attnRows)
 		attn(out[r*d.cols:], d.cols, q[r*qt.cols:], qt.cols, rr, group, hd, wk, n, wv, pos+r, scale, buf[2*hd*n:])
+	}
+}
+
+// attentionRowQ8 is one decode row of the group query heads q (group·hd
+// floats) over n positions of one kv head's 8-bit K and V (position-major,
+// scales per 32 values), into out: scores two heads at a time, softmax
+// (row maximum subtracted), then the probability-weighted values. buf:
+// (3·group+1)·hd + group·n floats.
+func attentionRowQ8(out, q []float32, group, hd int, k8 []int8, ks []float32, v8 []int8, vs []float32, n int, scale float32, buf []float32) {
+	nb := hd / q8Block
+	a := buf[:group*hd]
+	s := buf[group*hd : group*hd+group*n]
+	o := buf[group*hd+group*n : 2*group*hd+group*n]
+	spare := buf[2*group*hd+group*n : 2*group*hd+group*n+hd] // the odd head's partner
+	for x, v := range q[:group*hd] {
+		a[x] = v * scale
+	}
+	head := func(g int) []float32 { return a[g*hd : (g+1)*hd] }
+	for g := 0; g < group; g += 2 {
+		g1 := min(g+1, group-1) // an odd last head is paired with itself
+		kernels.DotsQ8x2(s[g*n:(g+1)*n], s[g1*n:(g1+1)*n], head(g), head(g1), k8, ks, hd, nb, n)
+	}
+	for g := range group {
+		row := s[g*n : (g+1)*n]
+		a[g*hd] = 1 / kernels.ExpSubF32(row, kernels.MaxF32(row)) // a is free again: keep 1/sum there
+	}
+	clear(o)
+	for g := 0; g < group; g += 2 {
+		o0 := o[g*hd : (g+1)*hd]
+		if g+1 == group {
+			clear(spare)
+			kernels.AxpysQ8x2(o0, spare, s[g*n:(g+1)*n], s[g*n:(g+1)*n], v8, vs, hd, nb, n)
+			break
+		}
+		kernels.AxpysQ8x2(o0, o[(g+1)*hd:(g+2)*hd], s[g*n:(g+1)*n], s[(g+1)*n:(g+2)*n], v8, vs, hd, nb, n)
+	}
+	for g := range group {
+		for x, v := range o[g*hd : (g+1)*hd] {
+			out[g*hd+x] = v * a[g*hd]
+		}
 	}
 }
 
