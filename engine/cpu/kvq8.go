@@ -6,9 +6,9 @@ package cpu
 // values rounded to nearest: ggml's quantize_row_q8_0 with a float32 instead
 // of an f16 scale). 1.125 bytes per value: 56% of an f16 cache, 28% of a
 // float32 one. Both K and V are position-major per head (a position's head
-// vector is one run of blocks). A decode row of the contiguous cache reads
-// it in place (kernels.DotsQ8x2, AxpysQ8x2: fewer bytes per step than f16);
-// prompt rows and paged blocks widen one head's K (to the dimension-major
+// vector is one run of blocks). Decode rows read it in place
+// (kernels.DotsQ8x2, AxpysQ8x2: fewer bytes per step than f16; pagedTask
+// for paged blocks); prompt rows widen one head's K (to the dimension-major
 // layout the float32 kernels take) and V into scratch and run the float32
 // kernels.
 

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -62,6 +63,60 @@ func TestContiguousQ8Decode(t *testing.T) {
 				}
 				if e := relErr(got, want); e > 1e-5 || e != e {
 					t.Errorf("hd%d/group%d/n%d: rel-L2 %.3g against float32 attention over the widened cache", hd, group, n, e)
+				}
+			}
+		}
+	}
+}
+
+// TestPagedQ8Decode: decode rows over 8-bit paged blocks (int8 read in
+// place, per-row kernels) agree with the contiguous 8-bit cache (widened
+// for several rows, in place for one) to rounding, and a sequence's rows
+// have the same bits alone as batched with others (block sizes 32, 16 and
+// 7, so segments end mid-block; three rows a sequence, so query rows pair
+// and do not).
+func TestPagedQ8Decode(t *testing.T) {
+	be, err := New(Config{Threads: 2, KVQ8: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	r := rand.New(rand.NewPCG(9, 9))
+	const heads, kvHeads, hd, rows = 6, 2, 64, 3
+	p := engine.AttnParams{Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: 0.12}
+	for _, bs := range []int{32, 16, 7} {
+		lens := []int{1, 45, 70}
+		var plain, paged []engine.AttnSeq
+		for i, n := range lens {
+			k := tensorOf(be, n+rows, kvHeads*hd, randn(r, (n+rows)*kvHeads*hd))
+			v := tensorOf(be, n+rows, kvHeads*hd, randn(r, (n+rows)*kvHeads*hd))
+			c, _ := be.NewKV(kvHeads, hd)
+			pc := pagedOf(t, be, kvHeads, hd, bs, n+rows)
+			be.StoreKV(k, v, []engine.AttnSeq{{KV: c, N: n + rows}})
+			be.StoreKV(k, v, []engine.AttnSeq{{KV: pc, N: n + rows}})
+			plain = append(plain, engine.AttnSeq{KV: c, Row: i * rows, N: rows, Pos: n})
+			paged = append(paged, engine.AttnSeq{KV: pc, Row: i * rows, N: rows, Pos: n})
+		}
+		T := len(lens) * rows
+		q := tensorOf(be, T, heads*hd, randn(r, T*heads*hd))
+		read := func(seqs []engine.AttnSeq) []float32 {
+			dst := be.NewTensor(T, heads*hd)
+			be.Attention(dst, q, seqs, p)
+			out := make([]float32, T*heads*hd)
+			be.Read(dst, out)
+			return out
+		}
+		want, got := read(plain), read(paged)
+		if e := relErr(got, want); e > 1e-5 || e != e {
+			t.Errorf("block size %d: paged vs contiguous rel-L2 %.3g", bs, e)
+		}
+		for i := range paged {
+			alone := read(paged[i : i+1])
+			w := heads * hd
+			for j := i * rows * w; j < (i+1)*rows*w; j++ {
+				if math.Float32bits(alone[j]) != math.Float32bits(got[j]) {
+					t.Errorf("block size %d, sequence %d: value %d is %v alone, %v batched", bs, i, j, alone[j], got[j])
+					break
 				}
 			}
 		}

@@ -368,6 +368,25 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 			}
 			continue
 		}
+		if q8 && !gemm { // the block's int8 keys read in place
+			at := c.t.Blocks[bi]*bs*st.dim + kvHead*hd
+			k8, ks := st.k8[at:], st.ks[at/q8Block:]
+			for i := 0; i < m; {
+				l, pair := segLen(i)
+				if l == 0 {
+					i++
+					continue
+				}
+				j := i + 1
+				if !pair {
+					j = i // alone: the same kernel, its second row a copy
+				}
+				kernels.DotsQ8x2(sc[i*n+bi*bs:i*n+bi*bs+l], sc[j*n+bi*bs:j*n+bi*bs+l], a[i*hd:(i+1)*hd], a[j*hd:(j+1)*hd],
+					k8, ks, st.dim, st.dim/q8Block, l)
+				i = j + 1
+			}
+			continue
+		}
 		var kb []float32
 		if q8 {
 			widenQ8Block(st, c.t.Blocks[bi], kvHead, L, wk, wv)
@@ -433,6 +452,28 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 				if l > 0 {
 					kernels.AxpysF16(o[i*hd:(i+1)*hd], p0, vb, st.dim, l)
 				}
+				i++
+			}
+			continue
+		}
+		if q8 && !gemm { // the block's int8 values read in place
+			at := c.t.Blocks[bi]*bs*st.dim + kvHead*hd
+			v8, vs := st.v8[at:], st.vs[at/q8Block:]
+			for i := 0; i < m; {
+				l, pair := segLen(i)
+				if l == 0 {
+					i++
+					continue
+				}
+				p0 := sc[i*n+bi*bs : i*n+bi*bs+l]
+				if pair {
+					kernels.AxpysQ8x2(o[i*hd:(i+1)*hd], o[(i+1)*hd:(i+2)*hd], p0, sc[(i+1)*n+bi*bs:(i+1)*n+bi*bs+l], v8, vs, st.dim, st.dim/q8Block, l)
+					i += 2
+					continue
+				}
+				spare := tmp[:hd] // alone: the second row's sums are dropped
+				clear(spare)
+				kernels.AxpysQ8x2(o[i*hd:(i+1)*hd], spare, p0, p0, v8, vs, st.dim, st.dim/q8Block, l)
 				i++
 			}
 			continue
