@@ -198,10 +198,28 @@ func TestProcessesPipeline(t *testing.T) {
 	for _, which := range []string{"middle", "last", "first", "drained middle"} {
 		idx := map[string]int{"first": 0, "middle": 1, "last": 2, "drained middle": 1}[which]
 		victim := m.Stages[idx].Worker
+		req, wantText := params("tiny", true), want[true]
+		if which == "drained middle" {
+			// A drain takes effect only once the victim has stopped and
+			// left gossip (about a second even with nothing to finish),
+			// while 120 tokens stream in about as long on a fast machine:
+			// a longer answer keeps the drain mid-stream.
+			long := params("whole", true)
+			long.MaxTokens = oai.Int(480)
+			ref, err := client.Chat.Completions.New(ctx, long)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ref.Usage.CompletionTokens < 300 {
+				t.Fatalf("the long reference ended after %d tokens; too short to drain a stage mid-stream", ref.Usage.CompletionTokens)
+			}
+			long.Model = "tiny"
+			req, wantText = long, ref.Choices[0].Message.Content
+		}
 		failovers := strings.Count(coord.stderr(), "failing over")
 		var killed time.Time
 		drained := make(chan error, 1)
-		got := streamText(t, client.Chat.Completions.NewStreaming(ctx, params("tiny", true)), func(chunks int) {
+		got := streamText(t, client.Chat.Completions.NewStreaming(ctx, req), func(chunks int) {
 			if chunks != 8 {
 				return
 			}
@@ -227,8 +245,8 @@ func TestProcessesPipeline(t *testing.T) {
 			t.Fatalf("%s: the stream ended before the kill", which)
 		}
 		t.Logf("%s stage %s stopped mid-stream (kill -9 or drain); the stream finished %v later", which, victim, time.Since(killed).Round(time.Millisecond))
-		if got != want[true] {
-			t.Fatalf("%s stage killed: text\n got %q\nwant %q", which, got, want[true])
+		if got != wantText {
+			t.Fatalf("%s stage killed: text\n got %q\nwant %q", which, got, wantText)
 		}
 		if strings.Count(coord.stderr(), "failing over") == failovers {
 			t.Errorf("%s stage killed: the coordinator never failed the job over (did the stream end before the kill took effect?)", which)
