@@ -356,6 +356,7 @@ func TestChoicesSharePrompt(t *testing.T) {
 			t.Fatalf("greedy choices differ: %+v", r.choices)
 		}
 		st := e.Stats().KV
+		t.Logf("attempt %d: the prefix cache supplied %d tokens", attempt, st.HitTokens)
 		if st.HitTokens == 2*112 {
 			return
 		}

@@ -359,7 +359,8 @@ func (e *Runner) schedule(st *sched) []item {
 	// wait for it and take its blocks from the prefix cache (n > 1 choices,
 	// identical requests arriving together).
 	var twins []*stepReq
-	if e.pool != nil && !e.cfg.NoPrefixCache {
+	share := e.pool != nil && !e.cfg.NoPrefixCache
+	if share {
 		for _, r := range prefill {
 			if r.first {
 				twins = append(twins, r)
@@ -382,7 +383,7 @@ func (e *Runner) schedule(st *sched) []item {
 			break
 		}
 		take(r)
-		if r.first && twins != nil {
+		if r.first && share { // also the first of twins admitted together in this step
 			twins = append(twins, r)
 		}
 	}
