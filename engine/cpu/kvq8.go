@@ -144,20 +144,22 @@ func attentionQ8(c *kvCache, d, qt *Tensor, kvHead, group, hd, row, pos, rows in
 // floats) over n positions of one kv head's 8-bit K and V (position-major,
 // scales per 32 values), into out: scores two heads at a time, softmax
 // (row maximum subtracted), then the probability-weighted values. buf:
-// (3·group+1)·hd + group·n floats.
+// 2·group·hd + group·n floats.
 func attentionRowQ8(out, q []float32, group, hd int, k8 []int8, ks []float32, v8 []int8, vs []float32, n int, scale float32, buf []float32) {
 	nb := hd / q8Block
 	a := buf[:group*hd]
 	s := buf[group*hd : group*hd+group*n]
 	o := buf[group*hd+group*n : 2*group*hd+group*n]
-	spare := buf[2*group*hd+group*n : 2*group*hd+group*n+hd] // the odd head's partner
 	for x, v := range q[:group*hd] {
 		a[x] = v * scale
 	}
 	head := func(g int) []float32 { return a[g*hd : (g+1)*hd] }
 	for g := 0; g < group; g += 2 {
-		g1 := min(g+1, group-1) // an odd last head is paired with itself
-		kernels.DotsQ8x2(s[g*n:(g+1)*n], s[g1*n:(g1+1)*n], head(g), head(g1), k8, ks, hd, nb, n)
+		var s1, q1 []float32 // nil for an odd last head
+		if g+1 < group {
+			s1, q1 = s[(g+1)*n:(g+2)*n], head(g+1)
+		}
+		kernels.DotsQ8x2(s[g*n:(g+1)*n], s1, head(g), q1, k8, ks, hd, nb, n)
 	}
 	for g := range group {
 		row := s[g*n : (g+1)*n]
@@ -165,13 +167,11 @@ func attentionRowQ8(out, q []float32, group, hd int, k8 []int8, ks []float32, v8
 	}
 	clear(o)
 	for g := 0; g < group; g += 2 {
-		o0 := o[g*hd : (g+1)*hd]
-		if g+1 == group {
-			clear(spare)
-			kernels.AxpysQ8x2(o0, spare, s[g*n:(g+1)*n], s[g*n:(g+1)*n], v8, vs, hd, nb, n)
-			break
+		var o1, p1 []float32 // nil for an odd last head
+		if g+1 < group {
+			o1, p1 = o[(g+1)*hd:(g+2)*hd], s[(g+1)*n:(g+2)*n]
 		}
-		kernels.AxpysQ8x2(o0, o[(g+1)*hd:(g+2)*hd], s[g*n:(g+1)*n], s[(g+1)*n:(g+2)*n], v8, vs, hd, nb, n)
+		kernels.AxpysQ8x2(o[g*hd:(g+1)*hd], o1, s[g*n:(g+1)*n], p1, v8, vs, hd, nb, n)
 	}
 	for g := range group {
 		for x, v := range o[g*hd : (g+1)*hd] {

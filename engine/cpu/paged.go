@@ -377,13 +377,15 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 					i++
 					continue
 				}
-				j := i + 1
-				if !pair {
-					j = i // alone: the same kernel, its second row a copy
+				var s1, q1 []float32 // nil alone
+				if pair {
+					s1, q1 = sc[(i+1)*n+bi*bs:(i+1)*n+bi*bs+l], a[(i+1)*hd:(i+2)*hd]
 				}
-				kernels.DotsQ8x2(sc[i*n+bi*bs:i*n+bi*bs+l], sc[j*n+bi*bs:j*n+bi*bs+l], a[i*hd:(i+1)*hd], a[j*hd:(j+1)*hd],
-					k8, ks, st.dim, st.dim/q8Block, l)
-				i = j + 1
+				kernels.DotsQ8x2(sc[i*n+bi*bs:i*n+bi*bs+l], s1, a[i*hd:(i+1)*hd], q1, k8, ks, st.dim, st.dim/q8Block, l)
+				i++
+				if pair {
+					i++
+				}
 			}
 			continue
 		}
@@ -465,16 +467,15 @@ func (b *Backend) pagedTask(d, qt *Tensor, s engine.AttnSeq, kvHead, r0, r1 int,
 					i++
 					continue
 				}
-				p0 := sc[i*n+bi*bs : i*n+bi*bs+l]
+				var o1, p1 []float32 // nil alone
 				if pair {
-					kernels.AxpysQ8x2(o[i*hd:(i+1)*hd], o[(i+1)*hd:(i+2)*hd], p0, sc[(i+1)*n+bi*bs:(i+1)*n+bi*bs+l], v8, vs, st.dim, st.dim/q8Block, l)
-					i += 2
-					continue
+					o1, p1 = o[(i+1)*hd:(i+2)*hd], sc[(i+1)*n+bi*bs:(i+1)*n+bi*bs+l]
 				}
-				spare := tmp[:hd] // alone: the second row's sums are dropped
-				clear(spare)
-				kernels.AxpysQ8x2(o[i*hd:(i+1)*hd], spare, p0, p0, v8, vs, st.dim, st.dim/q8Block, l)
+				kernels.AxpysQ8x2(o[i*hd:(i+1)*hd], o1, sc[i*n+bi*bs:i*n+bi*bs+l], p1, v8, vs, st.dim, st.dim/q8Block, l)
 				i++
+				if pair {
+					i++
+				}
 			}
 			continue
 		}

@@ -15,12 +15,16 @@ const KVQ8Block = 32
 
 // DotsQ8x2 sets s0[p] = q0·K[p] and s1[p] = q1·K[p] for the n keys p < n:
 // key p's values are k[p*stride : p*stride+hd] (hd = len(q0), a multiple of
-// KVQ8Block) times their block's scale ks[p*sstride+x/KVQ8Block].
+// KVQ8Block) times their block's scale ks[p*sstride+x/KVQ8Block]. With s1
+// and q1 nil only s0 is computed (an odd last head).
 func DotsQ8x2(s0, s1, q0, q1 []float32, k []int8, ks []float32, stride, sstride, n int) {
 	hd := len(q0)
 	nb := hd / KVQ8Block
 	if n <= 0 {
 		return
+	}
+	if s1 == nil && q1 == nil {
+		s1, q1 = s0, q0 // the kernels write the same sums twice
 	}
 	if hd%KVQ8Block != 0 || len(q1) != hd || len(s0) < n || len(s1) < n {
 		panic("kernels: DotsQ8x2 shapes")
@@ -50,12 +54,21 @@ func DotsQ8x2(s0, s1, q0, q1 []float32, k []int8, ks []float32, stride, sstride,
 
 // AxpysQ8x2 adds Σ_p p0[p]·V[p] to o0 and Σ_p p1[p]·V[p] to o1 over the n
 // values p < n, laid out as DotsQ8x2's keys (v, vs, stride, sstride; hd =
-// len(o0)).
+// len(o0)). With o1 and p1 nil only o0 is updated (an odd last head).
 func AxpysQ8x2(o0, o1, p0, p1 []float32, v []int8, vs []float32, stride, sstride, n int) {
 	hd := len(o0)
 	nb := hd / KVQ8Block
 	if n <= 0 {
 		return
+	}
+	if o1 == nil && p1 == nil {
+		// The kernels add to two rows: the second goes to scratch (on
+		// the stack for heads up to 256 values) and is dropped.
+		var spare [256]float32
+		o1, p1 = spare[:min(hd, len(spare))], p0
+		if hd > len(spare) {
+			o1 = make([]float32, hd)
+		}
 	}
 	if hd%KVQ8Block != 0 || len(o1) != hd || len(p0) < n || len(p1) < n {
 		panic("kernels: AxpysQ8x2 shapes")
