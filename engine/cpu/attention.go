@@ -186,16 +186,26 @@ func storeKVF16(c *kvCache, kt, vt *Tensor, s engine.AttnSeq, lo, hi int) {
 			c.k16[c.kIdx(r, s.Pos)] = tensor.F32ToF16(kt.data[s.Row*c.dim+r])
 		}
 	}
-	var wide [16]float32
+	// Prompt rows: runs of up to 16 positions (stopping at block ends) and
+	// 256 cache rows are rounded position-major into scratch (contiguous
+	// conversions), then transposed into the blocks' rows of 16 halves.
+	const runPos, runRows = 16, 256
+	var half [runPos * runRows]uint16
 	for i0, i1 := 0, 0; i0 < s.N && s.N > 1; i0 = i1 {
 		p := s.Pos + i0
-		i1 = min(s.N, i0+16, i0+kvBlock-p%kvBlock) // runs stop at block ends
-		for r := lo; r < hi; r++ {
-			w := wide[:i1-i0]
-			for i := range w {
-				w[i] = kt.data[(s.Row+i0+i)*c.dim+r]
+		i1 = min(s.N, i0+runPos, i0+kvBlock-p%kvBlock)
+		n := i1 - i0
+		for r0 := lo; r0 < hi; r0 += runRows {
+			w := min(hi-r0, runRows)
+			for i := range n {
+				kernels.F32ToF16(half[i*w:(i+1)*w], kt.data[(s.Row+i0+i)*c.dim+r0:][:w])
 			}
-			kernels.F32ToF16(c.k16[c.kIdx(r, p):][:len(w)], w)
+			for r := range w {
+				dst := c.k16[c.kIdx(r0+r, p):][:n]
+				for i := range dst {
+					dst[i] = half[i*w+r]
+				}
+			}
 		}
 	}
 	for i := 0; i < s.N; i++ {

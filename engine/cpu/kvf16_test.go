@@ -15,18 +15,27 @@ import (
 // (widened GEMMs), a second prompt chunk, then decode steps through the
 // in-place f16 kernels, across capacity growths and K block ends (kvBlock:
 // one sequence's second chunk and another's last decode step cross one),
-// for head sizes 128 and
-// 48 (16-wide + tails) and groups of 2 (paired heads) and 3 (a lone last
-// head). Random K/V rounded only by the cache stay within 2e-3.
+// for head sizes 128, 320 (stored by one thread: its 640 rows go in three
+// runs of the prompt store) and 48 (16-wide + tails) and groups of 2
+// (paired heads) and 3 (a lone last head). Random K/V rounded only by the cache stay within 2e-3.
 func TestContiguousF16MatchesF32(t *testing.T) {
 	be16, err := New(Config{Threads: 2, KVF16: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer be16.Close()
+	be16one, err := New(Config{Threads: 1, KVF16: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be16one.Close()
 	be := newBackend(t, 2)
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, hd := range []int{128, 48} {
+	for _, hd := range []int{128, 48, 320} {
+		be16 := be16
+		if hd == 320 {
+			be16 = be16one
+		}
 		for _, heads := range []int{4, 6} {
 			for _, exactF16 := range []bool{true, false} {
 				name := fmt.Sprintf("hd%d/heads%d/exact%v", hd, heads, exactF16)
