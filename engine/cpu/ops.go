@@ -55,7 +55,7 @@ func (b *Backend) RMSNorm(dst, x engine.Tensor, w engine.Weight, p engine.NormPa
 		for r := lo; r < hi; r++ {
 			in, out := s.row(r), d.row(r)
 			for c := 0; c < len(in); c += p.Dim {
-				rmsNorm(out[c:c+p.Dim], in[c:c+p.Dim], wv, p.Eps, p.Offset)
+				kernels.RMSNorm(out[c:c+p.Dim], in[c:c+p.Dim], wv, p.Eps, p.Offset)
 			}
 		}
 	})
@@ -82,37 +82,10 @@ func (b *Backend) AddRMSNorm(dst, x, h engine.Tensor, w engine.Weight, p engine.
 				in[i] += add[i]
 			}
 			for c := 0; c < len(in); c += p.Dim {
-				rmsNorm(out[c:c+p.Dim], in[c:c+p.Dim], wv, p.Eps, p.Offset)
+				kernels.RMSNorm(out[c:c+p.Dim], in[c:c+p.Dim], wv, p.Eps, p.Offset)
 			}
 		}
 	})
-}
-
-// rmsNorm sums the squares in four float64 chains instead of one (which
-// waited on the add latency every value). The squares are exact in float64
-// and only the float32 rounding of the scale is kept, so the order changes
-// nothing seen: 0 of 2,000,000 random rows of 128 and 1024 values got a
-// different scale than the sequential sum.
-func rmsNorm(out, in, w []float32, eps, offset float32) {
-	var s0, s1, s2, s3 float64
-	i := 0
-	for ; i+4 <= len(in); i += 4 {
-		v := in[i : i+4 : i+4]
-		s0 += float64(v[0]) * float64(v[0])
-		s1 += float64(v[1]) * float64(v[1])
-		s2 += float64(v[2]) * float64(v[2])
-		s3 += float64(v[3]) * float64(v[3])
-	}
-	for ; i < len(in); i++ {
-		s0 += float64(in[i]) * float64(in[i])
-	}
-	ss := (s0 + s1) + (s2 + s3)
-	inv := float32(1 / math.Sqrt(ss/float64(len(in))+float64(eps)))
-	w = w[:len(in)]
-	out = out[:len(in)]
-	for i, v := range in {
-		out[i] = (offset + w[i]) * (v * inv)
-	}
 }
 
 // Rope rotates the first RotaryDim values of every head, in the
@@ -168,7 +141,7 @@ func (b *Backend) RMSNormRope(x engine.Tensor, w engine.Weight, np engine.NormPa
 		for r := lo; r < hi; r++ {
 			row := t.row(r)
 			for c := 0; c < len(row); c += np.Dim {
-				rmsNorm(row[c:c+np.Dim], row[c:c+np.Dim], wv, np.Eps, np.Offset)
+				kernels.RMSNorm(row[c:c+np.Dim], row[c:c+np.Dim], wv, np.Eps, np.Offset)
 			}
 			ropeRow(row, cos, sin, r, rp)
 		}

@@ -300,7 +300,9 @@ func (x8 *input8) fill(in *Input, r0, r1 int) {
 		d, s128, s8 := in.D[row*nb:(row+1)*nb], in.S128[row*nb:(row+1)*nb], in.S8[row*nb:(row+1)*nb]
 		for b := range nb {
 			o := (j*nb+b)*8 + r
-			copy(x8.q[o*QK:(o+1)*QK], q[b*QK:(b+1)*QK])
+			// An array copy, not copy(): inline moves instead of a
+			// memmove call per 32 bytes.
+			*(*[QK]int8)(x8.q[o*QK:]) = *(*[QK]int8)(q[b*QK:])
 			x8.d[o], x8.s128[o], x8.s8[o] = d[b], s128[b], s8[b]
 		}
 	}
