@@ -6,7 +6,8 @@ import (
 
 // arm64: NEON (always present) for the float32 dot, SDOT (ARMv8.2
 // dot-product extension, every Apple M-series core) for the int8 block
-// sums of Q8_0/Q4_0 and of the packed K-quants (kquant_arm64.s). CI runs this package's tests as a linux/arm64 binary
+// sums of Q8_0/Q4_0 and of the packed K-quants (kquant_arm64.s), FMLA for
+// attention's two-row axpy sums (axpys2_arm64.s). CI runs this package's tests as a linux/arm64 binary
 // under qemu-user (.ci/run), so every NEON/SDOT path is checked against the
 // Go reference there; speed on real cores is measured only on a Mac.
 var useDotProd = cpu.ARM64.HasASIMDDP
